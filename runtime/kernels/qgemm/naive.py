@@ -69,6 +69,11 @@ def dequantize_rows(w: torch.Tensor, wtype: GGMLType, k: int) -> torch.Tensor:
     raise ValueError(f"unsupported weight type {wtype.name}")
 
 
+def gather_rows_naive(w: torch.Tensor, wtype: GGMLType, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """fp32 [T, k] = dequantized rows ids of w (the embedding lookup, §6: no scaling)."""
+    return dequantize_rows(w[ids.long()], wtype, k)
+
+
 def qgemm_naive(
     x: torch.Tensor, w: torch.Tensor, wtype: GGMLType, k: int, *, out_dtype=torch.float32, residual=None
 ) -> torch.Tensor:

@@ -1,10 +1,10 @@
-"""Kernel tests run on CUDA when present, else under the Triton interpreter on CPU."""
+"""Kernel tests run on CUDA when present, else on CPU tensors under the Triton interpreter."""
 import os
 
 import torch
 
 if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before triton is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
 
 import pytest  # noqa: E402
 

@@ -1,0 +1,45 @@
+"""Gather-and-dequantize embedding rows by token id (the same tile dequantizer as the GEMM).
+
+The prefill embedding lookup; equals dequantize_rows(w[ids]) (qgemm.naive)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .dequant import TILE_K, dequant_tile
+from .kernel import _check_weight
+
+
+@triton.jit
+def _embed_kernel(p_w, p_ids, p_y, T, V, K, stride_w, stride_y, WTYPE: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    i_t, i_k = tl.program_id(0), tl.program_id(1)
+    rows = i_t * BT + tl.arange(0, BT)
+    valid = rows < T
+    ids = tl.load(p_ids + rows, mask=valid, other=0)
+    ok = valid & (ids >= 0) & (ids < V)
+    w = dequant_tile(p_w, stride_w, ids, ok, i_k * BK, K, WTYPE, BK)
+    cols = i_k * BK + tl.arange(0, BK)
+    tl.store(p_y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], w, mask=valid[:, None] & (cols < K)[None, :])
+
+
+def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 [T, d] = dequantize_rows(w[ids]); ids must lie in [0, V) (checked on the host)."""
+    wtype = _check_weight(w, wtype, d, "token_embd")
+    if ids.dim() != 1:
+        raise ValueError(f"ids must be 1-D, got {tuple(ids.shape)}")
+    t, v = ids.shape[0], w.shape[0]
+    if out is None:
+        out = torch.empty(t, d, dtype=torch.float32, device=w.device)
+    if out.shape != (t, d) or out.stride(1) != 1:
+        raise ValueError(f"out must be [{t}, {d}], got {tuple(out.shape)}")
+    if t == 0:
+        return out
+    ids = ids.to(device=w.device, dtype=torch.int32)
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= v:
+        raise ValueError(f"token ids must lie in [0, {v}), got min {lo} max {hi}")
+    bt = 16
+    _embed_kernel[(triton.cdiv(t, bt), triton.cdiv(d, TILE_K))](
+        w, ids, out, t, v, d, w.stride(0), out.stride(0), WTYPE=int(wtype), BT=bt, BK=TILE_K, num_warps=4)
+    return out

@@ -1,0 +1,23 @@
+import pytest
+import torch
+
+from runtime.gguf.types import GGMLType
+from runtime.kernels.qgemm import gather_rows, gather_rows_naive
+from runtime.kernels.qgemm.naive import random_qweight
+
+
+@pytest.mark.parametrize("wtype", [GGMLType.Q6_K, GGMLType.Q4_K, GGMLType.F32], ids=lambda t: t.name)
+def test_gather_rows_matches_naive(wtype, device):
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    v, d = 50, 256
+    w = random_qweight(v, d, wtype, generator=g).to(device)
+    ids = torch.randint(0, v, (19,), generator=g).to(device)
+    out = torch.full((19, d), float("nan"), device=device)
+    y = gather_rows(w, wtype, ids, d, out=out)
+    assert torch.equal(y, gather_rows_naive(w, wtype, ids, d))
+
+
+def test_gather_rows_rejects_out_of_range_ids(device):
+    w = random_qweight(10, 256, GGMLType.Q4_K).to(device)
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        gather_rows(w, GGMLType.Q4_K, torch.tensor([3, 10], device=device), 256)
