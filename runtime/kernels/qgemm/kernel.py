@@ -21,7 +21,7 @@ SUPPORTED = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.
 def pick_config(m: int, n: int) -> dict:
     """Tile sizes by shape class. BK is fixed at 64 (one dequant tile)."""
     if interpreting():
-        return dict(BM=16, BN=32, GROUP_M=4, num_warps=1, num_stages=1)
+        return dict(BM=64, BN=64, GROUP_M=1, num_warps=1, num_stages=1)  # few, large programs: the interpreter pays per program
     if m <= 16:
         return dict(BM=16, BN=64, GROUP_M=1, num_warps=4, num_stages=4)
     if m <= 64:

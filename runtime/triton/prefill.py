@@ -1,0 +1,224 @@
+"""Chunked prefill for the Triton engine: any prompt length, memory bounded by the chunk.
+
+`prefill_forward(engine, token_ids, all_logits)` consumes tokens at positions
+engine.position … in chunks of at most `chunk` tokens. Each chunk runs every layer with the
+prefill kernels (quantized GEMMs, token-parallel conv + chunked delta rule, flash attention),
+reading and updating the engine's persistent state, so a later call (or decode) continues
+exactly where this one stopped (session reuse).
+
+Engine fields read (the shared layout, notes/triton-engine.md):
+  config                     runtime.config.ModelConfig
+  device                     torch.device
+  weights.mat[name]          matrices: .qtype (GGMLType), .cols (K), .data (uint8 [rows, row_bytes] GGUF
+                             blocks, or typed [rows, cols] for F32/F16/BF16)
+  weights.vec[name]          fp32 1-D tensors (norms, ssm_a, ssm_dt.bias) and ssm_conv1d [Cc, Kc]
+  weights.lm_head            the LM-head matrix (output.weight, or token_embd.weight when tied)
+  conv_state[i]              fp32 [Kc-1, Cc] per GDN layer i (order of config.deltanet_layers)
+  ssm_state[i]               fp32 [Hv, dk, dv] per GDN layer
+  k_cache[i], v_cache[i]     bf16 [max_context, Hkv, Dh] per attention layer
+  position                   int, tokens consumed so far; advanced here by len(token_ids)
+  position_dev (optional)    device int32 scalar mirrored from position
+Fields written besides the state: `prefill_workspace` (the chunk scratch, kept for reuse).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..kernels.attn_prep import attn_prep, rope_tables
+from ..kernels.flash_attn import flash_attn
+from ..kernels.gated_norm import gated_norm
+from ..kernels.gdn_chunk import GDNScratch, gdn_chunk
+from ..kernels.gdn_conv import gdn_conv
+from ..kernels.qgemm import gather_rows, qgemm, qgemm_swiglu
+from ..kernels.rmsnorm import rmsnorm
+
+MIN_CHUNK = 64
+MAX_CHUNK = int(os.environ.get("TOKENGATE_PREFILL_MAX_CHUNK", "8192"))
+FREE_FRACTION = 0.5  # of the free device memory the chunk scratch may take
+
+
+class PrefillWorkspace:
+    """Every activation buffer one chunk needs, sized by the chunk (never by the context)."""
+
+    def __init__(self, cfg, n: int, device):
+        f32, bf16 = dict(dtype=torch.float32, device=device), dict(dtype=torch.bfloat16, device=device)
+        self.capacity = n
+        d = cfg.d_model
+        self.h = torch.empty(n, d, **f32)  # residual stream
+        self.xn = torch.empty(n, d, **bf16)  # normed GEMM input
+        self.act = torch.empty(n, cfg.d_ffn, **bf16)  # SiLU(gate) * up
+        n_gdn, n_attn = len(cfg.deltanet_layers), len(cfg.attention_layers)
+        if n_gdn:
+            self.u_raw = torch.empty(n, cfg.conv_channels, **f32)
+            self.u_conv = torch.empty(n, cfg.conv_channels, **f32)
+            self.z = torch.empty(n, cfg.value_dim, **bf16)
+            self.ab = torch.empty(n, 2 * cfg.n_v_head, **f32)  # alpha | b
+            self.o = torch.empty(n, cfg.n_v_head, cfg.ssm_head_dim, **f32)
+            self.y = torch.empty(n, cfg.value_dim, **bf16)
+            self.gdn = GDNScratch(n, cfg.n_v_head, cfg.ssm_head_dim, device)
+        if n_attn:
+            self.qg = torch.empty(n, cfg.q_proj_dim, **f32)
+            self.k = torch.empty(n, cfg.kv_proj_dim, **f32)
+            self.v = torch.empty(n, cfg.kv_proj_dim, **f32)
+            self.q = torch.empty(n, cfg.n_head, cfg.head_dim, **bf16)
+            self.attn = torch.empty(n, cfg.n_head * cfg.head_dim, **bf16)
+
+    @staticmethod
+    def bytes_per_token(cfg) -> int:
+        b = 4 * cfg.d_model + 2 * cfg.d_model + 2 * cfg.d_ffn
+        if cfg.deltanet_layers:
+            b += 8 * cfg.conv_channels + 2 * cfg.value_dim + 8 * cfg.n_v_head + 4 * cfg.value_dim + 2 * cfg.value_dim
+            b += GDNScratch.nbytes(1, cfg.n_v_head, cfg.ssm_head_dim)
+        if cfg.attention_layers:
+            b += 4 * cfg.q_proj_dim + 8 * cfg.kv_proj_dim + 4 * cfg.n_head * cfg.head_dim
+        return b
+
+
+def plan_chunk(engine, n_tokens: int) -> int:
+    """Largest chunk (multiple of 64, ≤ MAX_CHUNK) whose scratch fits FREE_FRACTION of free memory."""
+    cfg = engine.config
+    chunk = MAX_CHUNK
+    ws = getattr(engine, "prefill_workspace", None)
+    dev = torch.device(engine.device)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        if ws is not None:  # the existing workspace counts as available
+            free += ws.capacity * PrefillWorkspace.bytes_per_token(cfg)
+        chunk = min(chunk, int(free * FREE_FRACTION) // PrefillWorkspace.bytes_per_token(cfg))
+    chunk = max(MIN_CHUNK, chunk // MIN_CHUNK * MIN_CHUNK)
+    return min(chunk, max(n_tokens, 1))
+
+
+def _workspace(engine, chunk: int) -> tuple[PrefillWorkspace, int]:
+    """A workspace for `chunk` tokens; on OOM shrink the chunk (halving) instead of failing."""
+    ws = getattr(engine, "prefill_workspace", None)
+    if ws is not None and ws.capacity >= chunk:
+        return ws, chunk
+    while True:
+        engine.prefill_workspace = None
+        ws = None
+        try:
+            ws = PrefillWorkspace(engine.config, chunk, engine.device)
+            engine.prefill_workspace = ws
+            return ws, chunk
+        except torch.OutOfMemoryError:
+            if chunk <= MIN_CHUNK:
+                raise
+            chunk = max(MIN_CHUNK, chunk // 2 // MIN_CHUNK * MIN_CHUNK)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
+def _mm(engine, name: str, x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None = None):
+    w = engine.weights.mat[name]
+    return qgemm(x, w.data, w.qtype, w.cols, out=out, residual=residual)
+
+
+def _gdn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int) -> None:
+    cfg, vec = engine.config, engine.weights.vec
+    xn, hv = ws.xn[:n], cfg.n_v_head
+    _mm(engine, p + "attn_qkv.weight", xn, ws.u_raw[:n])
+    _mm(engine, p + "attn_gate.weight", xn, ws.z[:n])
+    _mm(engine, p + "ssm_alpha.weight", xn, ws.ab[:n, :hv])
+    _mm(engine, p + "ssm_beta.weight", xn, ws.ab[:n, hv:])
+    gdn_conv(ws.u_raw[:n], vec[p + "ssm_conv1d.weight"], engine.conv_state[i], out=ws.u_conv[:n])
+    gdn_chunk(ws.u_conv[:n], ws.ab[:n, :hv], ws.ab[:n, hv:], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
+              engine.ssm_state[i], n_k_head=cfg.n_k_head, out=ws.o[:n], scratch=ws.gdn)
+    gated_norm(ws.o[:n], ws.z[:n], vec[p + "ssm_norm.weight"], cfg.rms_eps, out=ws.y[:n])
+    _mm(engine, p + "ssm_out.weight", ws.y[:n], ws.h[:n], residual=ws.h[:n])
+
+
+def _attn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int, pos0: int, cos, sin) -> None:
+    cfg, vec = engine.config, engine.weights.vec
+    xn = ws.xn[:n]
+    _mm(engine, p + "attn_q.weight", xn, ws.qg[:n])
+    _mm(engine, p + "attn_k.weight", xn, ws.k[:n])
+    _mm(engine, p + "attn_v.weight", xn, ws.v[:n])
+    kc, vc = engine.k_cache[i], engine.v_cache[i]
+    attn_prep(ws.qg[:n], ws.k[:n], ws.v[:n], vec[p + "attn_q_norm.weight"], vec[p + "attn_k_norm.weight"],
+              cos, sin, kc, vc, pos0, cfg.rms_eps, out=ws.q[:n])
+    flash_attn(ws.q[:n], ws.qg[:n], kc, vc, pos0, out=ws.attn[:n])
+    _mm(engine, p + "attn_output.weight", ws.attn[:n], ws.h[:n], residual=ws.h[:n])
+
+
+def _ffn(engine, p: str, ws: PrefillWorkspace, n: int) -> None:
+    mat = engine.weights.mat
+    g, u = mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]
+    qgemm_swiglu(ws.xn[:n], g.data, g.qtype, u.data, u.qtype, g.cols, out=ws.act[:n])
+    _mm(engine, p + "ffn_down.weight", ws.act[:n], ws.h[:n], residual=ws.h[:n])
+
+
+def _forward_chunk(engine, ids: torch.Tensor, ws: PrefillWorkspace, pos0: int) -> None:
+    """Run every layer on one chunk; leaves the final residual stream in ws.h[:n]."""
+    cfg, vec = engine.config, engine.weights.vec
+    n = ids.shape[0]
+    emb = engine.weights.mat["token_embd.weight"]
+    gather_rows(emb.data, emb.qtype, ids, cfg.d_model, out=ws.h[:n])
+    cos = sin = None
+    if cfg.attention_layers:
+        cos, sin = rope_tables(torch.arange(pos0, pos0 + n, device=ids.device), cfg.rope_dims, cfg.rope_base)
+    i_gdn = i_attn = 0
+    for layer in range(cfg.n_layers):
+        p = f"blk.{layer}."
+        rmsnorm(ws.h[:n], vec[p + "attn_norm.weight"], cfg.rms_eps, out=ws.xn[:n])
+        if cfg.is_attention(layer):
+            _attn_layer(engine, p, i_attn, ws, n, pos0, cos, sin)
+            i_attn += 1
+        else:
+            _gdn_layer(engine, p, i_gdn, ws, n)
+            i_gdn += 1
+        rmsnorm(ws.h[:n], vec[p + "post_attention_norm.weight"], cfg.rms_eps, out=ws.xn[:n])
+        _ffn(engine, p, ws, n)
+
+
+def _logits(engine, ws: PrefillWorkspace, rows: slice, out: torch.Tensor) -> None:
+    """LM head on residual rows `rows` of the workspace into `out` [len(rows), V] fp32."""
+    cfg = engine.config
+    h = ws.h[rows]
+    xn = ws.xn[: h.shape[0]]
+    rmsnorm(h, engine.weights.vec["output_norm.weight"], cfg.rms_eps, out=xn)
+    head = engine.weights.lm_head
+    qgemm(xn, head.data, head.qtype, head.cols, out=out)
+
+
+def prefill_forward(engine, token_ids, all_logits: bool = False, *, chunk_size: int | None = None) -> torch.Tensor:
+    """Consume `token_ids` at engine.position …; return fp32 logits [V] (last token) or [n, V].
+
+    chunk_size overrides the memory-based chunk plan (tests; any value ≥ 1).
+    """
+    cfg = engine.config
+    ids = torch.as_tensor(token_ids, dtype=torch.int32, device=engine.device).reshape(-1)
+    n = ids.shape[0]
+    if n == 0:
+        raise ValueError("prefill needs at least one token")
+    start = engine.position
+    if start + n > engine.max_context:
+        raise ValueError(f"prefill of {n} tokens at position {start} exceeds max_context {engine.max_context}")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= cfg.vocab_size:
+        raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}), got min {lo} max {hi}")
+    if chunk_size is not None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        chunk = min(chunk_size, n)
+    else:
+        chunk = plan_chunk(engine, n)
+    ws, chunk = _workspace(engine, chunk)
+
+    out = torch.empty((n if all_logits else 1), cfg.vocab_size, dtype=torch.float32, device=engine.device)
+    for c0 in range(0, n, chunk):
+        c1 = min(c0 + chunk, n)
+        _forward_chunk(engine, ids[c0:c1], ws, start + c0)
+        engine.position = start + c1  # state now holds tokens up to c1
+        if all_logits:
+            for r0 in range(0, c1 - c0, 256):  # bounded LM-head GEMM per call
+                r1 = min(r0 + 256, c1 - c0)
+                _logits(engine, ws, slice(r0, r1), out[c0 + r0 : c0 + r1])
+        elif c1 == n:
+            _logits(engine, ws, slice(c1 - c0 - 1, c1 - c0), out)
+    pos_dev = getattr(engine, "position_dev", None)
+    if pos_dev is not None:
+        pos_dev.fill_(engine.position)
+    return out if all_logits else out[0]

@@ -1,0 +1,95 @@
+"""A minimal engine holding exactly the buffers prefill_forward reads (see prefill.py's docstring).
+
+Used by the prefill tests and bench/prefill.py until the decode helper's TritonEngine is on
+main; it has no decode path. Weights are uploaded once in their GGUF block layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..gguf import BLOCK, GGMLType, GGUFModel, load_gguf
+from .prefill import prefill_forward
+
+_DENSE = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class StandInMatrix:
+    qtype: GGMLType
+    rows: int
+    cols: int
+    data: torch.Tensor  # uint8 [rows, row_bytes] (block types) or typed [rows, cols]
+
+
+class StandInWeights:
+    def __init__(self, model: GGUFModel, device):
+        self.mat: dict[str, StandInMatrix] = {}
+        self.vec: dict[str, torch.Tensor] = {}
+        for name, qt in model.tensors.items():
+            raw = np.ascontiguousarray(np.asarray(qt.data)).view(np.uint8).copy()
+            t = torch.from_numpy(raw)
+            if len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
+                rows, cols = qt.shape
+                if qt.type in _DENSE:
+                    data = t.view(_DENSE[qt.type]).reshape(rows, cols)
+                else:
+                    per_block, nbytes = BLOCK[qt.type]
+                    data = t.reshape(rows, cols // per_block * nbytes)
+                self.mat[name] = StandInMatrix(GGMLType(qt.type), rows, cols, data.to(device))
+            else:
+                self.vec[name] = qt.dequantize().reshape(qt.shape).to(device=device, dtype=torch.float32).contiguous()
+        self.lm_head = self.mat[model.lm_head_name]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.data.numel() * m.data.element_size() for m in self.mat.values()) + sum(
+            v.numel() * 4 for v in self.vec.values())
+
+
+class StandInEngine:
+    """One sequence: weights, GDN conv/recurrent states, bf16 KV caches, position."""
+
+    def __init__(self, model: GGUFModel | str, device="cpu", max_context: int = 4096):
+        if not isinstance(model, GGUFModel):
+            model = load_gguf(model)
+        cfg = model.config
+        self.config = cfg
+        self.device = torch.device(device)
+        self.max_context = max_context
+        self.weights = StandInWeights(model, self.device)
+        f32 = dict(dtype=torch.float32, device=self.device)
+        n_gdn, n_attn = len(cfg.deltanet_layers), len(cfg.attention_layers)
+        self.conv_state = [torch.zeros(cfg.conv_kernel - 1, cfg.conv_channels, **f32) for _ in range(n_gdn)]
+        self.ssm_state = [torch.zeros(cfg.n_v_head, cfg.ssm_head_dim, cfg.ssm_head_dim, **f32) for _ in range(n_gdn)]
+        kv = (max_context, cfg.n_kv_head, cfg.head_dim)
+        self.k_cache = [torch.zeros(kv, dtype=torch.bfloat16, device=self.device) for _ in range(n_attn)]
+        self.v_cache = [torch.zeros(kv, dtype=torch.bfloat16, device=self.device) for _ in range(n_attn)]
+        self.position = 0
+        self.prefill_workspace = None
+
+    def prefill(self, token_ids, *, all_logits: bool = False, chunk_size: int | None = None) -> torch.Tensor:
+        return prefill_forward(self, token_ids, all_logits, chunk_size=chunk_size)
+
+    def reset(self) -> None:
+        for t in (*self.conv_state, *self.ssm_state):
+            t.zero_()
+        self.position = 0
+
+    def snapshot(self) -> dict:
+        p = self.position
+        return {"conv": [t.clone() for t in self.conv_state], "ssm": [t.clone() for t in self.ssm_state],
+                "k": [t[:p].clone() for t in self.k_cache], "v": [t[:p].clone() for t in self.v_cache], "position": p}
+
+    def restore(self, snap: dict) -> None:
+        p = snap["position"]
+        for dst, src in zip(self.conv_state + self.ssm_state, snap["conv"] + snap["ssm"], strict=True):
+            dst.copy_(src)
+        for dst, src in zip(self.k_cache + self.v_cache, snap["k"] + snap["v"], strict=True):
+            dst[:p].copy_(src)
+        self.position = p
+
+    def state_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.conv_state, *self.ssm_state, *self.k_cache, *self.v_cache))
