@@ -31,12 +31,15 @@ from ..kernels.flash_attn import flash_attn
 from ..kernels.gated_norm import gated_norm
 from ..kernels.gdn_chunk import GDNScratch, gdn_chunk
 from ..kernels.gdn_conv import gdn_conv
-from ..kernels.qgemm import gather_rows, qgemm, qgemm_swiglu
+from ..kernels.qgemm import dequantize_matrix, gather_rows, qgemm, qgemm_swiglu
 from ..kernels.rmsnorm import rmsnorm
 
 MIN_CHUNK = 64
 MAX_CHUNK = int(os.environ.get("TOKENGATE_PREFILL_MAX_CHUNK", "8192"))
 FREE_FRACTION = 0.5  # of the free device memory the chunk scratch may take
+# "tile": dequantize-in-tile GEMM (default). "scratch": dequantize one matrix at a time into a
+# reused bf16 buffer, then a cuBLAS GEMM (the comparison path; bounded by the largest layer matrix).
+GEMM_MODES = ("tile", "scratch")
 
 
 class PrefillWorkspace:
@@ -111,9 +114,37 @@ def _workspace(engine, chunk: int) -> tuple[PrefillWorkspace, int]:
                 torch.cuda.empty_cache()
 
 
+def gemm_mode(engine) -> str:
+    mode = getattr(engine, "prefill_gemm", None) or os.environ.get("TOKENGATE_PREFILL_GEMM", "tile")
+    if mode not in GEMM_MODES:
+        raise ValueError(f"prefill GEMM mode {mode!r}; choose one of {GEMM_MODES}")
+    return mode
+
+
+def _dequant_scratch(engine, w) -> torch.Tensor:
+    """bf16 [rows, cols] view of the shared per-engine matrix scratch holding `w` dequantized."""
+    need = w.rows * w.cols
+    buf = getattr(engine, "prefill_matrix_scratch", None)
+    if buf is None or buf.numel() < need:
+        engine.prefill_matrix_scratch = None
+        biggest = max(m.rows * m.cols for n, m in engine.weights.mat.items() if n.startswith("blk."))
+        buf = torch.empty(max(need, biggest), dtype=torch.bfloat16, device=engine.device)
+        engine.prefill_matrix_scratch = buf
+    return dequantize_matrix(w.data, w.qtype, w.cols, out=buf[:need].view(w.rows, w.cols))
+
+
 def _mm(engine, name: str, x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None = None):
     w = engine.weights.mat[name]
-    return qgemm(x, w.data, w.qtype, w.cols, out=out, residual=residual)
+    if gemm_mode(engine) == "tile" or x.shape[0] < 64:
+        return qgemm(x, w.data, w.qtype, w.cols, out=out, residual=residual)
+    y = x.to(torch.bfloat16) @ _dequant_scratch(engine, w).t()
+    if residual is not None:
+        if residual.data_ptr() != out.data_ptr():
+            out.copy_(residual)
+        out.add_(y)
+    else:
+        out.copy_(y)
+    return out
 
 
 def _gdn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int) -> None:
@@ -146,7 +177,13 @@ def _attn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int, pos0: int,
 def _ffn(engine, p: str, ws: PrefillWorkspace, n: int) -> None:
     mat = engine.weights.mat
     g, u = mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]
-    qgemm_swiglu(ws.xn[:n], g.data, g.qtype, u.data, u.qtype, g.cols, out=ws.act[:n])
+    if gemm_mode(engine) == "tile" or n < 64:
+        qgemm_swiglu(ws.xn[:n], g.data, g.qtype, u.data, u.qtype, g.cols, out=ws.act[:n])
+    else:
+        gate = ws.xn[:n] @ _dequant_scratch(engine, g).t()
+        torch.nn.functional.silu(gate, inplace=True)
+        gate.mul_(ws.xn[:n] @ _dequant_scratch(engine, u).t())
+        ws.act[:n].copy_(gate)
     _mm(engine, p + "ffn_down.weight", ws.act[:n], ws.h[:n], residual=ws.h[:n])
 
 

@@ -25,9 +25,12 @@ class StandInMatrix:
 
 
 class StandInWeights:
-    def __init__(self, model: GGUFModel, device):
+    def __init__(self, model: GGUFModel | None, device, *, lm_head_name: str | None = None):
         self.mat: dict[str, StandInMatrix] = {}
         self.vec: dict[str, torch.Tensor] = {}
+        if model is None:  # filled by the caller (random_engine)
+            self.lm_head = None
+            return
         for name, qt in model.tensors.items():
             raw = np.ascontiguousarray(np.asarray(qt.data)).view(np.uint8).copy()
             t = torch.from_numpy(raw)
@@ -52,14 +55,15 @@ class StandInWeights:
 class StandInEngine:
     """One sequence: weights, GDN conv/recurrent states, bf16 KV caches, position."""
 
-    def __init__(self, model: GGUFModel | str, device="cpu", max_context: int = 4096):
-        if not isinstance(model, GGUFModel):
+    def __init__(self, model: GGUFModel | str | None, device="cpu", max_context: int = 4096, *, config=None,
+                 weights: StandInWeights | None = None):
+        if model is not None and not isinstance(model, GGUFModel):
             model = load_gguf(model)
-        cfg = model.config
+        cfg = model.config if model is not None else config
         self.config = cfg
         self.device = torch.device(device)
         self.max_context = max_context
-        self.weights = StandInWeights(model, self.device)
+        self.weights = StandInWeights(model, self.device) if model is not None else weights
         f32 = dict(dtype=torch.float32, device=self.device)
         n_gdn, n_attn = len(cfg.deltanet_layers), len(cfg.attention_layers)
         self.conv_state = [torch.zeros(cfg.conv_kernel - 1, cfg.conv_channels, **f32) for _ in range(n_gdn)]
@@ -93,3 +97,47 @@ class StandInEngine:
 
     def state_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.conv_state, *self.ssm_state, *self.k_cache, *self.v_cache))
+
+
+def q4_k_m_type(name: str, cfg) -> GGMLType:
+    """The tensor type stock llama-quantize Q4_K_M gives `name` (architecture reference §8.4)."""
+    if name == "output.weight" or (name == "token_embd.weight" and cfg.tied_embeddings):
+        return GGMLType.Q6_K
+    if name.endswith(("attn_v.weight", "attn_qkv.weight", "ffn_down.weight")):
+        i, n = int(name.split(".")[1]), cfg.n_layers
+        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+            return GGMLType.Q6_K
+    return GGMLType.Q4_K
+
+
+def random_engine(cfg, device="cuda", max_context: int = 4096, seed: int = 0) -> StandInEngine:
+    """An engine with random Q4_K_M-typed weights made on the device (speed runs when no GGUF exists).
+
+    Quant bytes are uniform random with small finite f16 scales; norms 1, conv taps small, gates sane.
+    """
+    from ..gguf.names import expected_tensors
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    w = StandInWeights(None, device)
+    f16_fields = {GGMLType.Q4_K: (0, 2), GGMLType.Q6_K: (208,)}
+    for name, shape in expected_tensors(cfg).items():
+        if len(shape) == 2 and not name.endswith("ssm_conv1d.weight"):
+            rows, cols = shape
+            qtype = q4_k_m_type(name, cfg)
+            per_block, nbytes = BLOCK[qtype]
+            nb = cols // per_block
+            raw = torch.randint(0, 256, (rows, nb, nbytes), dtype=torch.uint8, device=device, generator=gen)
+            for off in f16_fields[qtype]:
+                scale = torch.full((rows, nb), 2e-4 if qtype == GGMLType.Q4_K else 5e-5, dtype=torch.float16, device=device)
+                raw[:, :, off : off + 2] = scale.view(torch.uint8).reshape(rows, nb, 2)
+            w.mat[name] = StandInMatrix(qtype, rows, cols, raw.reshape(rows, nb * nbytes))
+        elif name.endswith("ssm_a"):
+            w.vec[name] = -torch.rand(shape, device=device, generator=gen) - 0.1
+        elif name.endswith("ssm_conv1d.weight"):
+            w.vec[name] = torch.randn(shape, device=device, generator=gen) * 0.3
+        elif name.endswith("ssm_dt.bias"):
+            w.vec[name] = torch.zeros(shape, device=device)
+        else:  # norms
+            w.vec[name] = torch.ones(shape, device=device)
+    w.lm_head = w.mat["token_embd.weight" if cfg.tied_embeddings else "output.weight"]
+    return StandInEngine(None, device, max_context, config=cfg, weights=w)

@@ -12,15 +12,20 @@ from .kernel import _check_weight
 
 
 @triton.jit
-def _embed_kernel(p_w, p_ids, p_y, T, V, K, stride_w, stride_y, WTYPE: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+def _embed_kernel(p_w, p_ids, p_y, T, V, K, stride_w, stride_y, WTYPE: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                  ALL_ROWS: tl.constexpr):
     i_t, i_k = tl.program_id(0), tl.program_id(1)
     rows = i_t * BT + tl.arange(0, BT)
     valid = rows < T
-    ids = tl.load(p_ids + rows, mask=valid, other=0)
+    if ALL_ROWS:  # dequantize the whole matrix, row i -> output row i
+        ids = rows
+    else:
+        ids = tl.load(p_ids + rows, mask=valid, other=0)
     ok = valid & (ids >= 0) & (ids < V)
     w = dequant_tile(p_w, stride_w, ids, ok, i_k * BK, K, WTYPE, BK)
     cols = i_k * BK + tl.arange(0, BK)
-    tl.store(p_y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], w, mask=valid[:, None] & (cols < K)[None, :])
+    tl.store(p_y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], w.to(p_y.dtype.element_ty),
+             mask=valid[:, None] & (cols < K)[None, :])
 
 
 def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,5 +46,21 @@ def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch
         raise ValueError(f"token ids must lie in [0, {v}), got min {lo} max {hi}")
     bt = 16
     _embed_kernel[(triton.cdiv(t, bt), triton.cdiv(d, TILE_K))](
-        w, ids, out, t, v, d, w.stride(0), out.stride(0), WTYPE=int(wtype), BT=bt, BK=TILE_K, num_warps=4)
+        w, ids, out, t, v, d, w.stride(0), out.stride(0), WTYPE=int(wtype), BT=bt, BK=TILE_K, ALL_ROWS=False, num_warps=4)
+    return out
+
+
+def dequantize_matrix(w: torch.Tensor, wtype, k: int, *, out: torch.Tensor) -> torch.Tensor:
+    """out [rows, k] (any float dtype, e.g. a bf16 scratch) = the whole dequantized matrix.
+
+    The scratch path of the prefill GEMM (dequantize one matrix, then a cuBLAS bf16 GEMM); the
+    caller owns and reuses `out`, so at most one matrix is ever held in full precision.
+    """
+    wtype = _check_weight(w, wtype, k, "weight")
+    n = w.shape[0]
+    if out.shape != (n, k) or out.stride(1) != 1:
+        raise ValueError(f"out must be [{n}, {k}], got {tuple(out.shape)}")
+    bt = 32
+    _embed_kernel[(triton.cdiv(n, bt), triton.cdiv(k, TILE_K))](
+        w, w, out, n, n, k, w.stride(0), out.stride(0), WTYPE=int(wtype), BT=bt, BK=TILE_K, ALL_ROWS=True, num_warps=4)
     return out
