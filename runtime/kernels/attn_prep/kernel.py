@@ -59,13 +59,15 @@ def attn_prep(
     half = cos.shape[1] if cos.dim() == 2 else -1
     if cos.shape != (t, half) or sin.shape != (t, half) or 2 * half > dh or not (cos.is_contiguous() and sin.is_contiguous()):
         raise ValueError(f"cos/sin must be contiguous [{t}, rope_dims/2], got {tuple(cos.shape)}, {tuple(sin.shape)}")
+    if k.dtype != qg.dtype or v.dtype != qg.dtype or k_cache.dtype != torch.bfloat16 or v_cache.dtype != torch.bfloat16:
+        raise ValueError(f"qg/k/v must share a dtype ({qg.dtype}, {k.dtype}, {v.dtype}) and the caches be bf16 ({k_cache.dtype})")
     if q_norm.shape != (dh,) or k_norm.shape != (dh,):
         raise ValueError(f"q_norm/k_norm must be [{dh}], got {tuple(q_norm.shape)}, {tuple(k_norm.shape)}")
     if not 0 <= pos0 <= ctx - t:
         raise ValueError(f"positions {pos0}..{pos0 + t - 1} do not fit a cache of {ctx} rows")
     if out is None:
         out = torch.empty(t, hq, dh, dtype=torch.bfloat16, device=qg.device)
-    if out.shape != (t, hq, dh) or out.stride(2) != 1 or out.stride(1) != dh:
+    if out.shape != (t, hq, dh) or out.stride(2) != 1 or out.stride(1) != dh or out.dtype != torch.bfloat16:
         raise ValueError(f"out must be [{t}, {hq}, {dh}], got {tuple(out.shape)}")
     if t == 0:
         return out

@@ -164,11 +164,11 @@ def gdn_chunk(
     flags = dot_flags()
     _gdn_prep_kernel[(triton.cdiv(t, CHUNK), hv)](
         u, alpha, b, ssm_a, dt_bias, scratch.w, scratch.u, scratch.gam, t, u.stride(0), alpha.stride(0),
-        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=4,
+        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=1 if interpreting() else 8,
     )
     bv = _pick_bv(hv, dv)
     _gdn_scan_kernel[(hv, dv // bv)](
         u, scratch.w, scratch.u, scratch.gam, state, out, t, u.stride(0), out.stride(0), n_k_head, hv, dk**-0.5,
-        DK=dk, DV=dv, BV=bv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=4,
+        DK=dk, DV=dv, BV=bv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=1 if interpreting() else 8,
     )
     return out

@@ -167,7 +167,11 @@ def qgemm_swiglu(
         raise ValueError(f"out must be [{m}, {n}], got {tuple(out.shape)}")
     if m == 0:
         return out
-    cfg = dict(config or pick_config(m, n))
+    if config is None:
+        config = pick_config(m, n)
+        if config["BN"] > 64:  # two fp32 accumulators: halve the tile to stay in registers
+            config = dict(config, BN=64)
+    cfg = dict(config)
     bm, bn = cfg.pop("BM"), cfg.pop("BN")
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     _qgemm_swiglu_kernel[grid](

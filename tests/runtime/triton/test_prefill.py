@@ -103,6 +103,16 @@ def test_chunked_session_reuse_equals_one_pass(f32_path, prompt, f32_one_pass):
     assert ((got - f32_one_pass).norm() / f32_one_pass.norm()).item() < 1e-2
 
 
+@pytest.mark.slow
+def test_scratch_gemm_path_matches_tile_path(f32_path, prompt, f32_one_pass):
+    """The comparison GEMM path (one matrix dequantized into a reused bf16 scratch, then torch matmul)."""
+    eng = StandInEngine(f32_path, DEVICE, max_context=128)
+    eng.prefill_gemm = "scratch"
+    logits = eng.prefill(prompt, all_logits=True).cpu()
+    kl, top1 = _kl_top1(logits, f32_one_pass)
+    assert kl < 1e-3 and top1 >= 0.98, (kl, top1)
+
+
 def test_prefill_rejects_bad_input(q4):
     eng = StandInEngine(q4, DEVICE, max_context=8)
     with pytest.raises(ValueError, match="max_context"):
