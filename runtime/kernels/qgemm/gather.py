@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .dequant import TILE_K, dequant_tile
+from .dequant import TILE_K, dequant_pair
 from .kernel import _check_weight
 
 
@@ -22,10 +22,11 @@ def _embed_kernel(p_w, p_ids, p_y, T, V, K, stride_w, stride_y, WTYPE: tl.conste
     else:
         ids = tl.load(p_ids + rows, mask=valid, other=0)
     ok = valid & (ids >= 0) & (ids < V)
-    w = dequant_tile(p_w, stride_w, ids, ok, i_k * BK, K, WTYPE, BK)
-    cols = i_k * BK + tl.arange(0, BK)
-    tl.store(p_y + rows[:, None].to(tl.int64) * stride_y + cols[None, :], w.to(p_y.dtype.element_ty),
-             mask=valid[:, None] & (cols < K)[None, :])
+    w0, w1 = dequant_pair(p_w, stride_w, ids, ok, i_k * BK, K, WTYPE)
+    cols = i_k * BK + tl.arange(0, BK // 2)
+    p_row = p_y + rows[:, None].to(tl.int64) * stride_y + cols[None, :]
+    tl.store(p_row, w0.to(p_y.dtype.element_ty), mask=valid[:, None] & (cols < K)[None, :])
+    tl.store(p_row + BK // 2, w1.to(p_y.dtype.element_ty), mask=valid[:, None] & (cols + BK // 2 < K)[None, :])
 
 
 def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from ...gguf.types import GGMLType
 from ..tl_utils import dot_flags, interpreting, mma_bf16
-from .dequant import TILE_K, dequant_tile
+from .dequant import TILE_K, dequant_pair
 from .naive import DENSE_TYPES, row_bytes
 
 SUPPORTED = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
@@ -54,15 +54,17 @@ def _qgemm_kernel(
     i_m, i_n = _tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = i_m * BM + tl.arange(0, BM)
     offs_n = i_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
+    offs_k = tl.arange(0, BK // 2)
     mask_m = offs_m < M
     mask_n = offs_n < N
     p_xrow = p_x + offs_m[:, None].to(tl.int64) * stride_x
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
-        b_x = tl.load(p_xrow + (k0 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + offs_k) < K)[None, :], other=0.0)
-        b_w = dequant_tile(p_w, stride_w, offs_n, mask_n, k0, K, WTYPE, BK)
-        acc = mma_bf16(b_x, tl.trans(b_w), acc, DOT_BF16)
+        b_x0 = tl.load(p_xrow + (k0 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + offs_k) < K)[None, :], other=0.0)
+        b_x1 = tl.load(p_xrow + (k0 + 32 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + 32 + offs_k) < K)[None, :], other=0.0)
+        b_w0, b_w1 = dequant_pair(p_w, stride_w, offs_n, mask_n, k0, K, WTYPE)
+        acc = mma_bf16(b_x0, tl.trans(b_w0), acc, DOT_BF16)
+        acc = mma_bf16(b_x1, tl.trans(b_w1), acc, DOT_BF16)
     mask = mask_m[:, None] & mask_n[None, :]
     if HAS_RES:
         acc += tl.load(p_res + offs_m[:, None].to(tl.int64) * stride_res + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -78,18 +80,21 @@ def _qgemm_swiglu_kernel(
     i_m, i_n = _tile_ids(M, N, BM, BN, GROUP_M)
     offs_m = i_m * BM + tl.arange(0, BM)
     offs_n = i_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
+    offs_k = tl.arange(0, BK // 2)
     mask_m = offs_m < M
     mask_n = offs_n < N
     p_xrow = p_x + offs_m[:, None].to(tl.int64) * stride_x
     acc_g = tl.zeros((BM, BN), dtype=tl.float32)
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
-        b_x = tl.load(p_xrow + (k0 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + offs_k) < K)[None, :], other=0.0)
-        b_g = dequant_tile(p_wg, stride_wg, offs_n, mask_n, k0, K, GTYPE, BK)
-        acc_g = mma_bf16(b_x, tl.trans(b_g), acc_g, DOT_BF16)
-        b_u = dequant_tile(p_wu, stride_wu, offs_n, mask_n, k0, K, UTYPE, BK)
-        acc_u = mma_bf16(b_x, tl.trans(b_u), acc_u, DOT_BF16)
+        b_x0 = tl.load(p_xrow + (k0 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + offs_k) < K)[None, :], other=0.0)
+        b_x1 = tl.load(p_xrow + (k0 + 32 + offs_k)[None, :], mask=mask_m[:, None] & ((k0 + 32 + offs_k) < K)[None, :], other=0.0)
+        b_g0, b_g1 = dequant_pair(p_wg, stride_wg, offs_n, mask_n, k0, K, GTYPE)
+        acc_g = mma_bf16(b_x0, tl.trans(b_g0), acc_g, DOT_BF16)
+        acc_g = mma_bf16(b_x1, tl.trans(b_g1), acc_g, DOT_BF16)
+        b_u0, b_u1 = dequant_pair(p_wu, stride_wu, offs_n, mask_n, k0, K, UTYPE)
+        acc_u = mma_bf16(b_x0, tl.trans(b_u0), acc_u, DOT_BF16)
+        acc_u = mma_bf16(b_x1, tl.trans(b_u1), acc_u, DOT_BF16)
     y = acc_g * tl.sigmoid(acc_g) * acc_u
     mask = mask_m[:, None] & mask_n[None, :]
     tl.store(p_y + offs_m[:, None].to(tl.int64) * stride_y + offs_n[None, :], y.to(p_y.dtype.element_ty), mask=mask)
