@@ -276,6 +276,14 @@ def bench_gemms(eng, args, receipt: Receipt) -> None:
                 t_deq = _cuda_time(lambda: dequantize_matrix(w.data, w.qtype, w.cols, out=scratch), args.n_kernel)
                 dense = scratch.clone()
                 t_cublas = _cuda_time(lambda: torch.matmul(x, dense.t()), args.n_kernel)
+                sweep = {}
+                for spec in args.gemm_configs if m > 256 else []:
+                    cfg = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(":"))}
+                    try:
+                        t = _cuda_time(lambda: qgemm(x, w.data, w.qtype, w.cols, out=out, config=dict(cfg)), args.n_kernel)
+                        sweep[spec] = {"us": t["median"], "tflops": flops / t["median"] / 1e6}
+                    except Exception as e:  # noqa: BLE001
+                        sweep[spec] = {"error": repr(e)[:200]}
                 rows = slice(0, min(256, m))
                 ref = qgemm_naive(x[rows], w.data, w.qtype, w.cols)
                 rel = ((out[rows] - ref).norm() / ref.norm()).item()
@@ -284,11 +292,12 @@ def bench_gemms(eng, args, receipt: Receipt) -> None:
                        "dequant_us": t_deq, "cublas_bf16_us": t_cublas,
                        "cublas_bf16_tflops": flops / t_cublas["median"] / 1e6,
                        "scratch_path_tflops": flops / (t_deq["median"] + t_cublas["median"]) / 1e6,
-                       "rel_err_vs_naive": rel}
+                       "rel_err_vs_naive": rel, "config_sweep": sweep}
                 receipt.add(rec)
+                best = max((v.get("tflops", 0), k) for k, v in sweep.items()) if sweep else (None, None)
                 print(f"[gemm {name.split('.', 2)[2]} {w.qtype.name} M={m} N={w.rows} K={w.cols}] tile "
                       f"{rec['tile_tflops']:.0f} TFLOP/s, cuBLAS bf16 {rec['cublas_bf16_tflops']:.0f}, scratch path "
-                      f"{rec['scratch_path_tflops']:.0f}; rel err {rel:.1e}", flush=True)
+                      f"{rec['scratch_path_tflops']:.0f}; rel err {rel:.1e}; best swept {best}", flush=True)
             except Exception as e:  # noqa: BLE001
                 receipt.error(f"gemm {name} M={m}", e)
 
@@ -376,6 +385,12 @@ def main(argv=None) -> int:
     ap.add_argument("--gdn-t", type=ints, default=[512, 4096, 32768])
     ap.add_argument("--attn-t", type=ints, default=[4096, 32768])
     ap.add_argument("--n-kernel", type=int, default=10)
+    ap.add_argument("--gemm-configs", type=lambda s: [c for c in s.split(",") if c],
+                    default=["BM=128:BN=128:GROUP_M=8:num_warps=8:num_stages=2",
+                             "BM=128:BN=256:GROUP_M=8:num_warps=8:num_stages=3",
+                             "BM=64:BN=128:GROUP_M=8:num_warps=4:num_stages=3",
+                             "BM=256:BN=128:GROUP_M=8:num_warps=8:num_stages=3"],
+                    help="extra qgemm configs timed for M > 256 (':'-separated keys, ','-separated configs)")
     ap.add_argument("--receipt-dir", default=None, help="instead of bench/receipts (smoke runs)")
     ap.add_argument("--device", default="cuda", help="cpu = a smoke run under the Triton interpreter (tiny shapes)")
     args = ap.parse_args(argv)

@@ -6,6 +6,8 @@ per shape class (no autotune), one small config under the interpreter.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -18,8 +20,21 @@ from .naive import DENSE_TYPES, row_bytes
 SUPPORTED = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 
 
+def _env_config() -> dict | None:
+    """TOKENGATE_QGEMM_CONFIG="BM=128,BN=128,GROUP_M=8,num_warps=8,num_stages=3" overrides the
+    large-M class (tuning runs on the GPU box without code edits)."""
+    spec = os.environ.get("TOKENGATE_QGEMM_CONFIG")
+    if not spec:
+        return None
+    cfg = {k: int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
+    missing = {"BM", "BN", "GROUP_M", "num_warps", "num_stages"} - set(cfg)
+    if missing:
+        raise ValueError(f"TOKENGATE_QGEMM_CONFIG lacks {sorted(missing)}: {spec!r}")
+    return cfg
+
+
 def pick_config(m: int, n: int) -> dict:
-    """Tile sizes by shape class. BK is fixed at 64 (one dequant tile)."""
+    """Tile sizes by shape class. BK is fixed at 64 (two 32-column dequant halves)."""
     if interpreting():
         return dict(BM=64, BN=64, GROUP_M=1, num_warps=1, num_stages=1)  # few, large programs: the interpreter pays per program
     if m <= 16:
@@ -28,7 +43,7 @@ def pick_config(m: int, n: int) -> dict:
         return dict(BM=64, BN=64, GROUP_M=4, num_warps=4, num_stages=4)
     if m <= 256:
         return dict(BM=128, BN=64, GROUP_M=8, num_warps=4, num_stages=4)
-    return dict(BM=128, BN=128, GROUP_M=8, num_warps=8, num_stages=3)
+    return _env_config() or dict(BM=128, BN=128, GROUP_M=8, num_warps=8, num_stages=3)
 
 
 @triton.jit
