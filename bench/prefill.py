@@ -197,7 +197,7 @@ def _prefill_once(eng, ids) -> float:
     return dt_s
 
 
-def bench_lengths(eng, shape: str, args, receipt: Receipt) -> None:
+def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
     from runtime.triton.prefill import plan_chunk
 
     gen = torch.Generator().manual_seed(1)
@@ -213,13 +213,13 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt) -> None:
                 torch.cuda.reset_peak_memory_stats()
             times = [_prefill_once(eng, ids) for _ in range(n)]
             s = _summary(times)
-            rec = {"what": "prefill", "tokens": L, "gemm": args.gemm, "chunk": plan_chunk(eng, L),
+            rec = {"what": "prefill", "tokens": L, "gemm": mode, "chunk": plan_chunk(eng, L),
                    "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak()}
             ref = LLAMACPP.get(shape, {}).get(L)
             rec["llamacpp_tok_s"] = ref
             rec["ratio_vs_llamacpp"] = rec["tok_s"] / ref if ref else None
             receipt.add(rec)
-            print(f"[pp{L}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
+            print(f"[pp{L} {mode}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
                   f"peak {(rec['peak_bytes'] or 0)/2**30:.2f} GiB", flush=True)
         except Exception as e:  # noqa: BLE001
             receipt.error(f"pp{L}", e)
@@ -244,7 +244,7 @@ def bench_turn2(eng, args, receipt: Receipt) -> None:
             _sync()
             reuse.append(time.perf_counter() - t0)
             full.append(_prefill_once(eng, ids))
-        rec = {"what": "turn2_ttft", "turn1_tokens": a_len, "turn2_tokens": b_len,
+        rec = {"what": "turn2_ttft", "gemm": eng.prefill_gemm, "turn1_tokens": a_len, "turn2_tokens": b_len,
                "with_reuse_s": _summary(reuse), "without_reuse_s": _summary(full)}
         receipt.add(rec)
         print(f"[turn2 {a_len}+{b_len}] reuse {statistics.median(reuse)*1e3:.1f} ms, full re-prefill "
@@ -378,7 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--n-long", type=int, default=3, help="runs for 8k < L <= 64k")
     ap.add_argument("--n-huge", type=int, default=2, help="runs for L > 64k")
-    ap.add_argument("--gemm", default="tile", choices=["tile", "scratch"])
+    ap.add_argument("--gemm", type=lambda s: [m for m in s.split(",") if m], default=["tile", "auto"],
+                    help="prefill GEMM modes to run the lengths with: tile, scratch, auto (comma list)")
     ap.add_argument("--kernels", action="store_true", help="also the kernel-level benches")
     ap.add_argument("--no-e2e", action="store_true", help="only the kernel-level benches")
     ap.add_argument("--gemm-m", type=ints, default=[512, 4096])
@@ -403,7 +404,6 @@ def main(argv=None) -> int:
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("prefill bench needs CUDA (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
-    os.environ["TOKENGATE_PREFILL_GEMM"] = args.gemm
     table = []
     for shape in [m for m in args.models.split(",") if m]:
         receipt = Receipt(shape, args)
@@ -412,7 +412,10 @@ def main(argv=None) -> int:
             max_ctx = max(args.lengths + [sum(args.turn2)]) + 64
             eng = load_model(shape, args, receipt, max_ctx)
             if not args.no_e2e:
-                bench_lengths(eng, shape, args, receipt)
+                for mode in args.gemm:
+                    eng.prefill_gemm = mode
+                    bench_lengths(eng, shape, args, receipt, mode)
+                eng.prefill_gemm = args.gemm[0]
                 if len(args.turn2) == 2:
                     bench_turn2(eng, args, receipt)
             if args.kernels:
@@ -427,12 +430,12 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
         for r in receipt.data["results"]:
             if r["what"] == "prefill":
-                table.append((shape, r["tokens"], r["tok_s"], r["llamacpp_tok_s"], r["ratio_vs_llamacpp"],
+                table.append((f"{shape}/{r['gemm']}", r["tokens"], r["tok_s"], r["llamacpp_tok_s"], r["ratio_vs_llamacpp"],
                               r["ttft_s"]["median"], (r["peak_bytes"] or 0) / 2**30))
         print(f"receipt: {', '.join(map(str, receipt.paths))}", flush=True)
-    print("\nmodel  tokens   ours tok/s  llama.cpp  ratio  ttft s  peak GiB")
+    print("\nmodel/gemm   tokens   ours tok/s  llama.cpp  ratio  ttft s  peak GiB")
     for shape, L, ours, ref, ratio, ttft, peak in table:
-        print(f"{shape:5s} {L:7d} {ours:11.0f} {ref or float('nan'):10.0f} {ratio or float('nan'):6.2f} {ttft:7.3f} {peak:8.2f}")
+        print(f"{shape:11s} {L:7d} {ours:11.0f} {ref or float('nan'):10.0f} {ratio or float('nan'):6.2f} {ttft:7.3f} {peak:8.2f}")
     return 0
 
 

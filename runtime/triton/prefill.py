@@ -38,8 +38,11 @@ MIN_CHUNK = 64
 MAX_CHUNK = int(os.environ.get("TOKENGATE_PREFILL_MAX_CHUNK", "8192"))
 FREE_FRACTION = 0.5  # of the free device memory the chunk scratch may take
 # "tile": dequantize-in-tile GEMM (default). "scratch": dequantize one matrix at a time into a
-# reused bf16 buffer, then a cuBLAS GEMM (the comparison path; bounded by the largest layer matrix).
-GEMM_MODES = ("tile", "scratch")
+# reused bf16 buffer, then a cuBLAS GEMM (bounded by the largest layer matrix; its dequant cost is
+# paid once per chunk, so it can win for long chunks). "auto": scratch for chunks of at least
+# SCRATCH_MIN_M tokens, tile below. Which is faster is measured by bench/prefill.py --gemm.
+GEMM_MODES = ("tile", "scratch", "auto")
+SCRATCH_MIN_M = int(os.environ.get("TOKENGATE_PREFILL_SCRATCH_MIN_M", "1024"))
 
 
 class PrefillWorkspace:
@@ -133,9 +136,14 @@ def _dequant_scratch(engine, w) -> torch.Tensor:
     return dequantize_matrix(w.data, w.qtype, w.cols, out=buf[:need].view(w.rows, w.cols))
 
 
+def _use_scratch(engine, m: int) -> bool:
+    mode = gemm_mode(engine)
+    return m >= 64 and (mode == "scratch" or (mode == "auto" and m >= SCRATCH_MIN_M))
+
+
 def _mm(engine, name: str, x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None = None):
     w = engine.weights.mat[name]
-    if gemm_mode(engine) == "tile" or x.shape[0] < 64:
+    if not _use_scratch(engine, x.shape[0]):
         return qgemm(x, w.data, w.qtype, w.cols, out=out, residual=residual)
     y = x.to(torch.bfloat16) @ _dequant_scratch(engine, w).t()
     if residual is not None:
@@ -177,7 +185,7 @@ def _attn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int, pos0: int,
 def _ffn(engine, p: str, ws: PrefillWorkspace, n: int) -> None:
     mat = engine.weights.mat
     g, u = mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]
-    if gemm_mode(engine) == "tile" or n < 64:
+    if not _use_scratch(engine, n):
         qgemm_swiglu(ws.xn[:n], g.data, g.qtype, u.data, u.qtype, g.cols, out=ws.act[:n])
     else:
         gate = ws.xn[:n] @ _dequant_scratch(engine, g).t()
