@@ -76,7 +76,7 @@ class PrefillWorkspace:
         b = 4 * cfg.d_model + 2 * cfg.d_model + 2 * cfg.d_ffn
         if cfg.deltanet_layers:
             b += 8 * cfg.conv_channels + 2 * cfg.value_dim + 8 * cfg.n_v_head + 4 * cfg.value_dim + 2 * cfg.value_dim
-            b += GDNScratch.nbytes(1, cfg.n_v_head, cfg.ssm_head_dim)
+            b += -(-GDNScratch.nbytes(4096, cfg.n_v_head, cfg.ssm_head_dim) // 4096)
         if cfg.attention_layers:
             b += 4 * cfg.q_proj_dim + 8 * cfg.kv_proj_dim + 4 * cfg.n_head * cfg.head_dim
         return b
