@@ -114,12 +114,14 @@ def gated_delta_rule_recurrent(
     k = _expand_key_heads(k, hv)
     S = q.new_zeros(hv, dk, dv) if state is None else state.clone()
     out = q.new_empty(T, hv, dv)
+    decay = torch.exp(g)[:, :, None, None]  # [T, Hv, 1, 1]
+    k_row, q_row = k[:, :, None, :], q[:, :, None, :]  # [T, Hv, 1, dk]: batched row vectors
     for t in range(T):
-        S = S * torch.exp(g[t])[:, None, None]
-        pred = torch.einsum("hkv,hk->hv", S, k[t])  # S^T k: what the memory recalls for k
+        S = S * decay[t]
+        pred = (k_row[t] @ S).squeeze(1)  # S^T k [Hv, dv]: what the memory recalls for k
         delta = beta[t][:, None] * (v[t] - pred)
         S = S + k[t][:, :, None] * delta[:, None, :]
-        out[t] = torch.einsum("hkv,hk->hv", S, q[t])
+        out[t] = (q_row[t] @ S).squeeze(1)  # S^T q
     return out, S
 
 
