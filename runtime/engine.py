@@ -98,11 +98,11 @@ class ReferenceEngine:
             ids = ids[None]
         if ids.dim() != 1:
             raise ValueError(f"token_ids must be 1-D, got shape {list(ids.shape)}")
-        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dtype.is_complex:
-            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
         n = ids.shape[0]
         if n == 0:
             raise ValueError("token_ids is empty")
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dtype.is_complex:
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
         if self.position + n > self.max_context:
             raise ValueError(
                 f"{n} tokens at position {self.position} exceed max_context {self.max_context} "
