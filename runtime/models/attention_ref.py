@@ -37,11 +37,14 @@ def apply_rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, rest], dim=-1)
 
 
-def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
+def attention_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, q_block: int = 512
+) -> torch.Tensor:
     """Causal GQA softmax attention of Tq new queries over Tk >= Tq cached keys.
 
     Query i sits at position Tk - Tq + i and sees keys 0 .. Tk - Tq + i. Query head h reads
-    KV head h // (Hq/Hkv). Scale defaults to 1/sqrt(Dh). Returns [Tq, Hq, Dh].
+    KV head h // (Hq/Hkv). Scale defaults to 1/sqrt(Dh). Returns [Tq, Hq, Dh]. Queries are
+    processed `q_block` rows at a time so the score matrix stays small for long prompts.
     """
     Tq, hq, dh = q.shape
     Tk, hkv, _ = k.shape
@@ -53,12 +56,17 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: f
         raise ValueError(f"Hq={hq} is not a multiple of Hkv={hkv}")
     scale = dh**-0.5 if scale is None else scale
     group = hq // hkv
-    # [Hkv, G, Tq, Dh] x [Hkv, Dh, Tk] -> [Hkv, G, Tq, Tk]: batched over KV heads, no copies of K/V.
-    qh = q.transpose(0, 1).reshape(hkv, group, Tq, dh)
-    scores = torch.matmul(qh, k.permute(1, 2, 0)[:, None]) * scale
-    q_pos = torch.arange(Tk - Tq, Tk, device=q.device)
-    mask = torch.arange(Tk, device=q.device)[None, :] > q_pos[:, None]  # future keys
-    scores = scores.masked_fill(mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v.transpose(0, 1)[:, None])  # [Hkv, G, Tq, Dh]
-    return out.reshape(hq, Tq, dh).transpose(0, 1)
+    k_t = k.permute(1, 2, 0)[:, None]  # [Hkv, 1, Dh, Tk]
+    v_h = v.transpose(0, 1)[:, None]  # [Hkv, 1, Tk, Dh]
+    key_pos = torch.arange(Tk, device=q.device)
+    out = q.new_empty(Tq, hq, dh)
+    for b0 in range(0, Tq, q_block):
+        b1 = min(b0 + q_block, Tq)
+        # [Hkv, G, n, Dh] x [Hkv, 1, Dh, Tk] -> [Hkv, G, n, Tk]: batched over KV heads, no copies of K/V
+        qh = q[b0:b1].transpose(0, 1).reshape(hkv, group, b1 - b0, dh)
+        scores = torch.matmul(qh, k_t) * scale
+        q_pos = torch.arange(Tk - Tq + b0, Tk - Tq + b1, device=q.device)
+        scores = scores.masked_fill(key_pos[None, :] > q_pos[:, None], float("-inf"))  # future keys
+        probs = torch.softmax(scores, dim=-1)
+        out[b0:b1] = torch.matmul(probs, v_h).reshape(hq, b1 - b0, dh).transpose(0, 1)
+    return out

@@ -12,6 +12,16 @@ from runtime.models.deltanet_ref import (
     l2_normalize,
 )
 
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    # Tiny ops on a shared 2-core box: a second OpenMP thread only spins (3x slower under load).
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 F64 = torch.float64
 
 

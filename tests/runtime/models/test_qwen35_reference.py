@@ -8,6 +8,16 @@ import torch
 from runtime.models.qwen35_reference import Qwen35Reference, check_weights
 from runtime.models.random_weights import random_weights, small_config
 
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    # Tiny ops on a shared 2-core box: a second OpenMP thread only spins (3x slower under load).
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
 if not FIXTURES.exists():  # a copy inside the repository, where CI carries one
     FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "qwen35-tiny"
