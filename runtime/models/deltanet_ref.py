@@ -67,10 +67,10 @@ def gdn_gates(
 
 def _expand_key_heads(x: torch.Tensor, n_v_head: int) -> torch.Tensor:
     """[T, Hk, d] -> [T, Hv, d] with value head j reading key head j mod Hk (tiled)."""
-    hk = x.shape[1]
+    T, hk, d = x.shape
     if n_v_head % hk:
         raise ValueError(f"Hv={n_v_head} is not a multiple of Hk={hk}")
-    return x.repeat(1, n_v_head // hk, 1)
+    return x[:, None].expand(T, n_v_head // hk, hk, d).reshape(T, n_v_head, d)  # [k0 k1 .. k0 k1 ..]
 
 
 def _check_gdn_inputs(q, k, v, g, beta, state):

@@ -179,13 +179,14 @@ class Qwen35Reference:
         state.reserve(state.position + T)
         positions = torch.arange(state.position, state.position + T, device=self.device)
 
+        rope = rope_cos_sin(positions, cfg.rope_dims, cfg.rope_base)  # §4.3, shared by all attention layers
         h = self.w["token_embd.weight"][token_ids]  # [T, d], no scaling
         i_gdn = i_attn = 0
         for layer in range(cfg.n_layers):
             p = f"blk.{layer}."
             a = rms_norm_ref(h, self.w[p + "attn_norm.weight"], cfg.rms_eps)
             if cfg.is_attention(layer):
-                h = h + self._attention(p, a, positions, state, i_attn)
+                h = h + self._attention(p, a, rope, state, i_attn)
                 i_attn += 1
             else:
                 h = h + self._gated_deltanet(p, a, state, i_gdn, chunked)
@@ -226,7 +227,7 @@ class Qwen35Reference:
         return F.linear(y.reshape(T, cfg.value_dim), w[p + "ssm_out.weight"])
 
     # gated full attention (§4): a [T, d] -> [T, d]
-    def _attention(self, p: str, a: torch.Tensor, positions: torch.Tensor, state: Qwen35State, i: int) -> torch.Tensor:
+    def _attention(self, p: str, a: torch.Tensor, rope, state: Qwen35State, i: int) -> torch.Tensor:
         cfg, w = self.cfg, self.w
         T, hq, hkv, dh = a.shape[0], cfg.n_head, cfg.n_kv_head, cfg.head_dim
         qg = F.linear(a, w[p + "attn_q.weight"]).view(T, hq, 2 * dh)  # per head [q | gate] (§4.1)
@@ -236,8 +237,7 @@ class Qwen35Reference:
 
         q = rms_norm_ref(q, w[p + "attn_q_norm.weight"], cfg.rms_eps)  # §4.2, before RoPE
         k = rms_norm_ref(k, w[p + "attn_k_norm.weight"], cfg.rms_eps)
-        cos, sin = rope_cos_sin(positions, cfg.rope_dims, cfg.rope_base)  # §4.3, first 64 dims
-        q, k = apply_rope_ref(q, cos, sin), apply_rope_ref(k, cos, sin)
+        q, k = apply_rope_ref(q, *rope), apply_rope_ref(k, *rope)  # §4.3, half-split on the first 64 dims
 
         start, end = state.position, state.position + T  # §4.5: cache post-norm, post-RoPE k and raw v
         state.k[i][start:end] = k
