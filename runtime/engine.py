@@ -60,7 +60,9 @@ def load_engine(gguf_path: str | os.PathLike, *, device="cpu", max_context: int 
         try:
             from .triton import engine as triton_engine
         except ImportError as e:
-            raise RuntimeError(f"backend 'triton' is unavailable: runtime.triton.engine cannot be imported ({e})") from e
+            raise RuntimeError(
+                f"backend 'triton' is unavailable: runtime.triton.engine cannot be imported ({e})"
+            ) from e
         return triton_engine.load_engine(gguf_path, device=dev, max_context=max_context)
     return ReferenceEngine.from_gguf(gguf_path, device=dev, max_context=max_context)
 

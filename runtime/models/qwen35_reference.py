@@ -227,7 +227,8 @@ class Qwen35Reference:
         return F.linear(y.reshape(T, cfg.value_dim), w[p + "ssm_out.weight"])
 
     # gated full attention (§4): a [T, d] -> [T, d]
-    def _attention(self, p: str, a: torch.Tensor, rope, state: Qwen35State, i: int) -> torch.Tensor:
+    def _attention(self, p: str, a: torch.Tensor, rope: tuple, state: Qwen35State, i: int) -> torch.Tensor:
+        """rope = (cos, sin) [T, rope_dims/2] for this call's positions."""
         cfg, w = self.cfg, self.w
         T, hq, hkv, dh = a.shape[0], cfg.n_head, cfg.n_kv_head, cfg.head_dim
         qg = F.linear(a, w[p + "attn_q.weight"]).view(T, hq, 2 * dh)  # per head [q | gate] (§4.1)
@@ -249,4 +250,5 @@ class Qwen35Reference:
     # SwiGLU FFN (§6): f [T, d] -> [T, d]
     def _ffn(self, p: str, f: torch.Tensor) -> torch.Tensor:
         w = self.w
-        return F.linear(F.silu(F.linear(f, w[p + "ffn_gate.weight"])) * F.linear(f, w[p + "ffn_up.weight"]), w[p + "ffn_down.weight"])
+        hidden = F.silu(F.linear(f, w[p + "ffn_gate.weight"])) * F.linear(f, w[p + "ffn_up.weight"])  # [T, F]
+        return F.linear(hidden, w[p + "ffn_down.weight"])

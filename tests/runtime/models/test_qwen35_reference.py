@@ -21,7 +21,9 @@ def one_torch_thread():
 FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
 if not FIXTURES.exists():  # a copy inside the repository, where CI carries one
     FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "qwen35-tiny"
-needs_fixture = pytest.mark.skipif(not (FIXTURES / "qwen35-tiny4-f32.gguf").exists(), reason="qwen35-tiny fixture missing")
+needs_fixture = pytest.mark.skipif(
+    not (FIXTURES / "qwen35-tiny4-f32.gguf").exists(), reason="qwen35-tiny fixture missing"
+)
 
 
 def rel_err(a, b):
