@@ -150,3 +150,15 @@ def test_load_engine_argument_errors(tmp_path):
     bad.write_bytes(b"not a gguf file at all, just bytes")
     with pytest.raises(GGUFError):
         load_engine(bad)
+
+
+def test_triton_backend_missing_is_a_clear_error(monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("runtime.triton") is not None:
+        pytest.skip("runtime.triton exists; this checks the error while it does not")
+    import runtime.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "_check_device", lambda device: torch.device("cuda"))
+    with pytest.raises(RuntimeError, match="backend 'triton' is unavailable"):
+        load_engine(F32_GGUF, device="cuda", backend="auto")
