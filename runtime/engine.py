@@ -148,6 +148,8 @@ class ReferenceEngine:
         return self._state.snapshot()
 
     def restore(self, snap: dict) -> None:
+        if snap["position"] > self.max_context:
+            raise ValueError(f"snapshot at position {snap['position']} exceeds max_context {self.max_context}")
         self._state.restore(snap)
 
     def reset(self) -> None:
