@@ -1,3 +1,4 @@
+import os
 """The Engine contract (docs/protocol.md §2) on the reference backend."""
 from pathlib import Path
 
@@ -19,9 +20,7 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
-if not FIXTURES.exists():  # a copy inside the repository, where CI carries one
-    FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "qwen35-tiny"
+FIXTURES = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
 F32_GGUF = FIXTURES / "qwen35-tiny4-f32.gguf"
 needs_fixture = pytest.mark.skipif(not F32_GGUF.exists(), reason="qwen35-tiny fixture missing")
 

@@ -1,3 +1,4 @@
+import os
 """The fp32 reference model against the upstream (HF transformers) logits, and its own invariants."""
 from pathlib import Path
 
@@ -18,9 +19,7 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
-if not FIXTURES.exists():  # a copy inside the repository, where CI carries one
-    FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "qwen35-tiny"
+FIXTURES = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
 needs_fixture = pytest.mark.skipif(
     not (FIXTURES / "qwen35-tiny4-f32.gguf").exists(), reason="qwen35-tiny fixture missing"
 )
