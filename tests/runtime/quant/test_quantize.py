@@ -201,3 +201,24 @@ def test_cuda_bytes_equal_cpu_bytes(gtype):
     gpu = quantize(x.cuda(), gtype)
     assert gpu.is_cuda
     assert torch.equal(gpu.cpu(), cpu)
+
+
+def test_bytes_round_trip_through_gguf_writer_and_reader(tmp_path):
+    """What a synthesiser does: GGUFWriter.add_tensor(raw bytes, raw_dtype) -> file -> reader."""
+    x = sample("normal", 48, 512, seed=6)
+    path = tmp_path / "q.gguf"
+    w = gguf.GGUFWriter(str(path), arch="qwen35")
+    encoded = {}
+    for gtype in [*ALL_QUANT, GGMLType.F16, GGMLType.BF16, GGMLType.F32]:
+        raw = quantize(x, gtype)
+        encoded[gtype] = raw
+        w.add_tensor(f"t.{gtype.name}", raw.numpy(), raw_dtype=gguf.GGMLQuantizationType(int(gtype)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for t in gguf.GGUFReader(str(path)).tensors:
+        gtype = GGMLType(int(t.tensor_type))
+        assert tuple(int(n) for n in reversed(t.shape.tolist())) == tuple(x.shape)
+        back = dequantize_bytes(t.data, gtype, x.shape)
+        assert torch.equal(back, dequantize_bytes(encoded[gtype], gtype, x.shape))
