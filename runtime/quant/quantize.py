@@ -154,7 +154,7 @@ def _pack_k_scales(ls: torch.Tensor, lm: torch.Tensor) -> torch.Tensor:
 
 
 def _k_quant_codes(x: torch.Tensor, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Shared Q4_K/Q5_K part: codes L [nb, 256] (int64), d/dmin bytes, scale bytes."""
+    """Shared Q4_K/Q5_K part: (codes L [nb, 256] int64, block head [nb, 16] = d, dmin, 12 scale bytes)."""
     nb = x.shape[0]
     sub = x.reshape(nb * 8, 32).T.contiguous()  # [32, sub-blocks]
     av_x = torch.sqrt(_div(_seq_sum(sub * sub), 32))
@@ -335,6 +335,10 @@ def quantize(
         raise ValueError(f"row length {cols} is not a multiple of the {gtype.name} block size {per_block}")
     lead = tuple(x.shape[:-1])
     rows = x.reshape(-1, cols).contiguous()
+    if gtype not in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+        n_bad = int((~torch.isfinite(rows)).sum())
+        if n_bad:
+            raise ValueError(f"cannot quantize to {gtype.name}: input has {n_bad} non-finite values (nan/inf)")
     row_bytes = cols // per_block * block_bytes
     out = torch.empty((rows.shape[0], row_bytes), dtype=torch.uint8, device=x.device)
     if chunk_weights is None:

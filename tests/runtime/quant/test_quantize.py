@@ -189,6 +189,10 @@ def test_bad_input_is_a_clear_error():
         quantize(torch.zeros(2, 256, dtype=torch.float64), GGMLType.Q6_K)
     with pytest.raises(ValueError):
         quantize(torch.zeros(2, 32), 2)  # Q4_0: not a type we write
+    bad = torch.zeros(2, 256)
+    bad[1, 7] = float("nan")
+    with pytest.raises(ValueError, match="1 non-finite"):
+        quantize(bad, GGMLType.Q4_K)
 
 
 @pytest.mark.gpu
