@@ -61,7 +61,8 @@ class GitHubApp:
             cached = self._clients.get(installation_id)
             if cached and cached[0] == token:
                 return cached[1]
-            gh = Github(auth=Auth.Token(token), base_url=self.settings.github_api_url, retry=2, **self._throttle())
+            gh = Github(auth=Auth.Token(token), base_url=self.settings.github_api_url, retry=2, lazy=True,
+                        **self._throttle())
             self._clients[installation_id] = (token, gh)
             return gh
 
@@ -72,7 +73,7 @@ class GitHubApp:
             hit = self._permissions.get(key)
             if hit and time.monotonic() - hit[1] < self.settings.permission_cache_s:
                 return hit[0]
-        repo = self.client(installation_id).get_repo(repo_full_name, lazy=True)
+        repo = self.client(installation_id).get_repo(repo_full_name)
         try:
             data = repo.get_collaborator_permission(login)
         except GithubException as exc:

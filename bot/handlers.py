@@ -60,7 +60,8 @@ class Handlers:
             return f"ignored pull_request.{action}"
         repo = self._repo(session, payload)
         previous_head = session.scalar(select(PullRequest.head_sha).where(
-            PullRequest.repository_id == repo.id, PullRequest.number == payload["pull_request"]["number"]))
+            PullRequest.repository_id == repo.id, PullRequest.number == payload["pull_request"]["number"])
+            .with_for_update())
         pr = self.service.upsert_pull(session, repo, payload["pull_request"])
         sender = (payload.get("sender") or {}).get("login", "")
 

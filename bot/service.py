@@ -32,6 +32,9 @@ FAILURE_TASK = "tokengate.evaluation_failed"
 EARLIER_RUNS_SHOWN = 10
 
 
+_KEYS = {Installation: ("id",), Repository: ("id",), PullRequest: ("repository_id", "number")}
+
+
 class InvalidTransition(RuntimeError):
     pass
 
@@ -70,46 +73,57 @@ class Service:
     def gh_repo(self, repo: Repository):
         if repo.installation_id is None:
             raise ValueError(f"{repo.full_name}: no installation on record, cannot authenticate")
-        return self.github.client(repo.installation_id).get_repo(repo.full_name, lazy=True)
+        return self.github.client(repo.installation_id).get_repo(repo.full_name)  # lazy: no request
 
     def is_trusted(self, repo: Repository, login: str) -> bool:
         return self.github.is_trusted(repo.installation_id, repo.full_name, login)
 
     # ---- rows from payloads ---------------------------------------------------------------------
     @staticmethod
-    def upsert_installation(session: Session, payload: dict) -> Installation:
-        inst = session.get(Installation, payload["id"])
+    def _ensure_row(session: Session, model, **key) -> None:
+        """INSERT … ON CONFLICT DO NOTHING: concurrent deliveries for one repository/PR never collide."""
+        dialect = session.get_bind().dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # pragma: no cover - other databases: plain insert when missing
+            if session.scalar(select(model).filter_by(**{k: v for k, v in key.items() if k in _KEYS[model]})) is None:
+                session.add(model(**key))
+                session.flush()
+            return
+        session.execute(insert(model).values(**key).on_conflict_do_nothing())
+
+    def upsert_installation(self, session: Session, payload: dict) -> Installation:
         login = (payload.get("account") or {}).get("login", "")
-        if inst is None:
-            inst = Installation(id=payload["id"], account_login=login)
-            session.add(inst)
+        self._ensure_row(session, Installation, id=payload["id"], account_login=login, created_at=utcnow())
+        inst = session.get(Installation, payload["id"], with_for_update=True, populate_existing=True)
         inst.account_login = login or inst.account_login
         inst.deleted_at = None
         return inst
 
-    @staticmethod
-    def upsert_repository(session: Session, payload: dict, installation_id: int | None) -> Repository:
-        repo = session.get(Repository, payload["id"])
-        if repo is None:
-            repo = Repository(id=payload["id"], full_name=payload["full_name"])
-            session.add(repo)
+    def upsert_repository(self, session: Session, payload: dict, installation_id: int | None) -> Repository:
+        if installation_id is not None:
+            self._ensure_row(session, Installation, id=installation_id,
+                             account_login=(payload.get("owner") or {}).get("login", ""), created_at=utcnow())
+        self._ensure_row(session, Repository, id=payload["id"], full_name=payload["full_name"],
+                         default_branch=payload.get("default_branch") or "main")
+        repo = session.get(Repository, payload["id"], with_for_update=True, populate_existing=True)
         repo.full_name = payload["full_name"]
         repo.clone_url = payload.get("clone_url") or repo.clone_url
         repo.default_branch = payload.get("default_branch") or repo.default_branch or "main"
         if installation_id is not None:
-            if session.get(Installation, installation_id) is None:
-                session.add(Installation(id=installation_id, account_login=payload.get("owner", {}).get("login", "")))
-                session.flush()
             repo.installation_id = installation_id
         return repo
 
-    @staticmethod
-    def upsert_pull(session: Session, repo: Repository, pr: dict) -> PullRequest:
+    def upsert_pull(self, session: Session, repo: Repository, pr: dict) -> PullRequest:
+        self._ensure_row(session, PullRequest, repository_id=repo.id, number=pr["number"],
+                         author_login=pr["user"]["login"], head_sha=pr["head"]["sha"], head_ref=pr["head"]["ref"],
+                         base_ref=pr["base"]["ref"], base_sha=pr["base"]["sha"], title="", is_open=True,
+                         awaiting_approval=False, updated_at=utcnow())
         row = session.scalar(select(PullRequest).where(PullRequest.repository_id == repo.id,
-                                                       PullRequest.number == pr["number"]).with_for_update())
-        if row is None:
-            row = PullRequest(repository_id=repo.id, number=pr["number"], repository=repo)
-            session.add(row)
+                                                       PullRequest.number == pr["number"])
+                             .with_for_update().execution_options(populate_existing=True))
         row.title = pr.get("title") or ""
         row.html_url = pr.get("html_url")
         row.author_login = pr["user"]["login"]
@@ -173,6 +187,8 @@ class Service:
             link=signature(RESULT_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE, app=self.celery),
             link_error=signature(FAILURE_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE,
                                  app=self.celery))
+        # Take the PR's lock again (the commit released it) before the sticky comment is touched.
+        self.lock_pull(session, pr.id)
 
     @staticmethod
     def _pr_url(pr: PullRequest) -> str | None:
