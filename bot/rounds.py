@@ -119,12 +119,15 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
         for other, _ in others:
-            if any(s.pr == other.number and s.action == "reevaluate" for s in plan.steps):
-                continue
+            steps = {s.action: s for s in plan.steps if s.pr == other.number}
+            if "reevaluate" in steps:
+                continue  # already queued against the fresh base
+            head_moved = "skip" in steps and "head moved" in steps["skip"].reason
             publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
                                                           winner_number=pr.number, needs_rebase=False))
-            other.base_sha = merged_sha
-            service.request_evaluation(session, other, Trigger.ROUND)
+            if not head_moved:  # a moved head is re-evaluated by its own push event
+                other.base_sha = merged_sha
+                service.request_evaluation(session, other, Trigger.ROUND)
     rnd.state = RoundState.CLOSED
     rnd.closed_at = utcnow()
     rnd.outcome = "\n".join(plan.lines())

@@ -5,10 +5,11 @@ returns an `EvalResult.to_dict()`. What it "measures" is chosen by the head comm
   "slow"  → REJECT (a significant decode regression)      "xl"    → XL (+45 % decode)
   "infra" → INFRA (foreign GPU process) on every attempt  "flaky" → INFRA on attempt 1, then XL
   "crash" → the task raises (worker-side failure)          "block" → waits for a Redis key, then XL
-  anything else → none (within noise)
+  "xl:60" → XL with +60 % (any percentage)                  anything else → none (within noise)
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from urllib.parse import urlparse
@@ -35,16 +36,17 @@ def guard(model: str, passed=True, head_top1=0.962, base_top1=0.960, head_kl=0.0
 
 
 def result_for(kind: str, *, repo: str, pr: int | None, base_sha: str, head_sha: str, attempt: int = 1,
-               model: str = "qwen35-tiny", profile: str = "quick") -> EvalResult:
+               model: str = "qwen35-tiny", profile: str = "quick", speedup: float = 0.452) -> EvalResult:
     common = dict(repo=repo, pr_number=pr, base_sha=base_sha, head_sha=head_sha, profile=profile, attempt=attempt,
                   receipt={"gpu": "NVIDIA H200", "driver": "test", "harness": "fake", "model_sha256": "0" * 64},
                   duration_s=42.0)
     if kind == "xl":
-        return EvalResult(verdict=Verdict.XL, summary=f"Verified speedup: decode@512 on {model} is 45.2% faster.",
-                          gates=[gate(model, "decode@512", 410.0, 0.452, scored=True),
+        return EvalResult(verdict=Verdict.XL, summary=f"Verified speedup: decode@512 on {model} is "
+                                                      f"{speedup:.1%} faster.",
+                          gates=[gate(model, "decode@512", 410.0, speedup, scored=True),
                                  gate(model, "decode@4096", 380.0, 0.431),
                                  gate(model, "prefill@512", 9100.0, 0.004, significant=False)],
-                          guards=[guard(model)], best_speedup=0.452, **common)
+                          guards=[guard(model)], best_speedup=speedup, **common)
     if kind == "slow":
         return EvalResult(verdict=Verdict.REJECT, summary=f"decode@4096 on {model} is 8.1% slower than main "
                                                           "(outside the noise floor).",
@@ -91,6 +93,7 @@ def fake_evaluate(job: dict) -> dict:
             break
     if "flaky" in message:
         kind = "infra" if job["attempt"] == 1 else "xl"
+    pct = re.search(r"xl:(\d+)", message)
     return result_for(kind, repo=job["repo_full_name"], pr=job["pr_number"], base_sha=job["base_sha"],
                       head_sha=job["head_sha"], attempt=job["attempt"], model=job["models"][0],
-                      profile=job["profile"]).to_dict()
+                      profile=job["profile"], speedup=int(pct.group(1)) / 100 if pct else 0.452).to_dict()
