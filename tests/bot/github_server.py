@@ -151,7 +151,8 @@ class FakeGitHub:
         body = copy.deepcopy(EXAMPLES["full-repository-default-response"])
         body = json.loads(json.dumps(body).replace("octocat/Hello-World", repo.full_name))
         body.update(id=repo.id, name=repo.name, full_name=repo.full_name, default_branch=repo.default_branch,
-                    owner=self._user(repo.owner), clone_url=repo.path.as_uri(), private=False)
+                    owner=self._user(repo.owner), clone_url=repo.path.as_uri(), private=False,
+                    language="Python")  # the documented example lacks it, real responses have it
         body.pop("parent", None)
         body.pop("source", None)
         body.pop("template_repository", None)
@@ -161,6 +162,7 @@ class FakeGitHub:
     def _label_json(self, name: str) -> dict:
         body = copy.deepcopy(EXAMPLES["label"])
         body.update(id=abs(hash(name)) % 10_000_000, name=name, description=None, default=False,
+                    archived_at=None, archived_by=None,  # newer GitHub schema (githubkit) requires them
                     url=f"https://api.github.com/repos/x/y/labels/{name}")
         return body
 
