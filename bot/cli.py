@@ -39,6 +39,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--loglevel", args.log_level.upper(), "-n", args.name]
     for module in args.include or []:
         argv += ["-I", module]
+    if args.beat:
+        if "publish" not in queues:
+            raise SystemExit("--beat belongs on the publish worker (it closes merge-first rounds)")
+        from bot.tasks import schedule_rounds
+        schedule_rounds(app)
+        argv += ["-B", "-s", args.beat_schedule]
     app.worker_main(argv)
     return 0
 
@@ -94,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=int, default=1)
     p.add_argument("--name", "-n", default="tokengate@%h")
     p.add_argument("--include", "-I", action="append", help="extra task module to import")
+    p.add_argument("--beat", action="store_true", help="also run the scheduler (run it on ONE publish worker)")
+    p.add_argument("--beat-schedule", default="/tmp/tokengate-beat-schedule")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_worker)
 

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from bot import publish, render
 from bot.enums import Command, EvalState, Trigger
 from bot.models import Evaluation, PullRequest, Repository, utcnow
+from bot.rounds import open_round
 from bot.service import Service
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ class Handlers:
 
     def _repo(self, session: Session, payload: dict) -> Repository:
         inst = (payload.get("installation") or {}).get("id")
-        return self.service.upsert_repository(session, payload["repository"], inst)
+        repo = self.service.upsert_repository(session, payload["repository"], inst)
+        open_round(session, repo, self.settings.round_window_s)  # every repository has a merge-first window
+        return repo
 
     # ---- pull_request ---------------------------------------------------------------------------
     def pull_request(self, session: Session, payload: dict) -> str:

@@ -28,6 +28,13 @@ def pct(x: float | None, reason: str | None = None) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def percent(x: float | None) -> str:
+    """An absolute share (top-1 agreement, a floor): no sign."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x * 100:.1f}%"
+
+
 def num(x: float | None, digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "n/a"
@@ -55,7 +62,7 @@ def duration(seconds: float | None) -> str:
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(pct=pct, num=num, short=short, duration=duration)
+    env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration)
     env.globals.update(Verdict=Verdict, EvalState=EvalState, icon=VERDICT_ICON, verdict_label=verdict_label,
                        marker=STICKY_MARKER)
     return env

@@ -77,3 +77,20 @@ def evaluation_failed(*args) -> str:
     with session_scope() as session:
         return Service().evaluation_failed(session, eval_id, task_id, detail)
 
+
+
+ROUNDS_TASK = "tokengate.close_due_rounds"
+ROUNDS_CHECK_S = 300.0
+
+
+@app.task(name=ROUNDS_TASK)
+def close_due_rounds() -> list[str]:
+    """Close every merge-first round whose window has ended (beat runs this every few minutes)."""
+    from bot.rounds import close_due_rounds as close
+    with session_scope() as session:
+        return ["\n".join(plan.lines()) for plan in close(session, Service())]
+
+
+def schedule_rounds(celery) -> None:
+    celery.conf.beat_schedule = {"close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S,
+                                                      "options": {"queue": "publish"}}}
