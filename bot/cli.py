@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -77,11 +76,18 @@ def cmd_round_close(args: argparse.Namespace) -> int:
     return close_round_cli(args.repo, dry_run=args.dry_run)
 
 
-def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
-    """Subcommands implemented by the evaluation pipeline (worker/), imported lazily."""
-    def run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module(module), func)(args.rest)
-    return run
+# Subcommands implemented by the evaluation pipeline (worker/), imported only when used; their
+# arguments are passed through untouched (they own their own argparse).
+DELEGATED = {
+    "eval": ("worker.cli", "eval_main", "evaluate a head against a base locally"),
+    "demo": ("worker.cli", "demo_main", "evaluate a throwaway PR branch with embedded defaults"),
+    "calibrate": ("worker.cli", "calibrate_main", "measure the noise floor of this machine"),
+}
+
+
+def run_delegated(name: str, argv: list[str]) -> int:
+    module, func, _ = DELEGATED[name]
+    return int(getattr(importlib.import_module(module), func)(argv) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,17 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what would happen, change nothing")
     p.set_defaults(func=cmd_round_close)
 
-    for name, module, func, help_ in (
-            ("eval", "worker.cli", "eval_main", "evaluate a head against a base locally"),
-            ("demo", "worker.cli", "demo_main", "evaluate a throwaway PR branch with embedded defaults"),
-            ("calibrate", "worker.cli", "calibrate_main", "measure the noise floor of this machine")):
-        p = sub.add_parser(name, help=help_, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_delegate(module, func))
+    for name, (_module, _func, help_) in DELEGATED.items():
+        sub.add_parser(name, help=help_, add_help=False)  # listed in --help; dispatched before parsing
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATED:
+        return run_delegated(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 
