@@ -48,7 +48,6 @@ class Settings(BaseSettings):
     gpu_workers: int = Field(1, ge=1)  # used for the queue ETA
     eval: EvalSettings = Field(default_factory=EvalSettings)
     check_name: str = "tokengate"
-    stale_running_s: float = 3 * 3600.0  # a running evaluation older than this is INFRA (worker lost)
 
     # Merge-first rounds.
     round_window_s: float = 7 * 24 * 3600.0
