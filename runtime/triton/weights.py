@@ -85,7 +85,7 @@ def _vector(qt: QTensor, device) -> torch.Tensor:
     from ..quant import dequantize
 
     if qt.type == GGMLType.F32:
-        t = torch.from_numpy(np.ascontiguousarray(np.asarray(qt.data), dtype=np.float32)).reshape(qt.shape)
+        t = torch.from_numpy(np.array(qt.data, dtype=np.float32)).reshape(qt.shape)  # a writable copy
     else:
         t = dequantize(qt)
     return t.to(device=device, dtype=torch.float32).contiguous()
