@@ -232,7 +232,7 @@ class GemvConfig:
 
 
 DEFAULT_CONFIG = GemvConfig()
-INTERPRETER_CONFIG = GemvConfig(block_n=64, block_b=1, num_warps=1)  # few programs: the CPU interpreter is slow
+INTERPRETER_CONFIG = GemvConfig(block_n=512, block_b=1, num_warps=1)  # few programs: the CPU interpreter is slow
 
 
 def _row_stride(w: QWeight) -> int:

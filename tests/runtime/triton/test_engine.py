@@ -12,7 +12,7 @@ from runtime.triton.engine import load_triton_engine
 FIX = Path("/work/shared/fixtures/qwen35-tiny")
 if not FIX.exists():
     FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "qwen35-tiny"
-pytestmark = pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present")
+pytestmark = [pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present"), pytest.mark.slow]
 
 
 def _kl(p_logits, q_logits):
