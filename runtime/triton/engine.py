@@ -159,3 +159,6 @@ def load_triton_engine(model_or_path, device="cuda", max_context: int = 32768, *
     """Entry for runtime.engine.load_engine(backend="triton"): a path or an opened GGUFModel."""
     model = model_or_path if isinstance(model_or_path, GGUFModel) else load_gguf(model_or_path)
     return TritonEngine(model, device=device, max_context=max_context, **kw)
+
+
+load_engine = load_triton_engine  # the name runtime/engine.py (reference helper) calls
