@@ -179,7 +179,7 @@ def kernel_checks(eng, attn_ctx: int = 4096) -> dict:
                           torch.empty(cfg.n_head * cfg.head_dim, device=dev), eng.bufs.attn, **kw)
     o2 = attention_decode_naive(projq, w.vec[q + "attn_q_norm.weight"], w.vec[q + "attn_k_norm.weight"], pos, kc2, vc2,
                                 torch.empty(cfg.n_head * cfg.head_dim, device=dev), **kw)
-    out["attention decode @4096"] = rel_err(o1, o2)
+    out[f"attention decode @{ctx}"] = rel_err(o1, o2)
     return out
 
 
@@ -286,6 +286,15 @@ def time_tg(eng, depth: int, runs: int, n_tokens: int = 128, method: dict | None
             "depth_method": method.get("kind", "decode"), "depth_method_reason": method.get("reason")}
 
 
+def _cfg_list(v, xx, ws, kw):
+    from runtime.kernels.gemv.kernel import auto_config
+
+    if v is None:
+        a = auto_config(ws, xx.device, kw.get("swiglu", False))
+        return ["auto", a.block_n, a.block_b, a.num_warps]
+    return [v.block_n, v.block_b, v.num_warps]
+
+
 def gemv_variants(eng) -> dict:
     """Per-kernel timing of GEMV tile variants on this model's matrices (CUDA-graph timed)."""
     import triton.testing as tt
@@ -305,7 +314,7 @@ def gemv_variants(eng) -> dict:
                                                       "ssm_alpha.weight")], dict(norm_weight=nw)),
         "lm_head": (x, [w.lm_head], dict(norm_weight=nw)),
     }
-    variants = [GemvConfig(bn, bb, nw_) for bn in (2, 4, 8, 16) for bb in (1, 2, 4) for nw_ in (4, 8)]
+    variants = [None] + [GemvConfig(bn, bb, nw_) for bn in (1, 2, 4, 8, 16) for bb in (1, 2, 4) for nw_ in (2, 4)]
     bench = getattr(tt, "do_bench_cudagraph", None) or tt.do_bench
     out = {}
     for cname, (xx, ws, kw) in cases.items():
@@ -315,9 +324,9 @@ def gemv_variants(eng) -> dict:
             try:
                 y = gemv(xx, ws, config=v, **kw)
                 ms = bench(lambda: gemv(xx, ws, y, config=v, **kw))
-                rows.append({"config": [v.block_n, v.block_b, v.num_warps], "us": ms * 1e3, "GBps": nbytes / ms / 1e6})
+                rows.append({"config": _cfg_list(v, xx, ws, kw), "us": ms * 1e3, "GBps": nbytes / ms / 1e6})
             except Exception as e:
-                rows.append({"config": [v.block_n, v.block_b, v.num_warps], "us": None, "reason": _err(e)})
+                rows.append({"config": _cfg_list(v, xx, ws, kw), "us": None, "reason": _err(e)})
         ok = [r for r in rows if r["us"] is not None]
         out[cname] = {"bytes": nbytes, "types": [m.qtype.name for m in ws], "variants": rows,
                       "best": min(ok, key=lambda r: r["us"]) if ok else None}
@@ -383,7 +392,7 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
             from runtime.kernels.gemv import GemvConfig
 
             best = (var.get("ffn_gate+up swiglu") or {}).get("best")
-            if best and best["config"] != [4, 2, 4]:
+            if best and best["config"][0] != "auto":
                 cfg = GemvConfig(*best["config"])
                 del eng
                 torch.cuda.empty_cache()

@@ -249,8 +249,28 @@ def _fit_bb(ws: Sequence[QWeight], bb: int) -> int:
     return 1
 
 
+_SM_COUNT: dict = {}
+
+
+def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic for the GPU: 16-byte loads on big matrices (BN*BB*128 B per step), and at
+    least ~2 programs per SM on small ones (fewer rows per program rather than a split over K)."""
+    if device not in _SM_COUNT:
+        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    n_sm = _SM_COUNT[device]
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = 8 if triton.cdiv(rows, 8) >= 8 * n_sm else 4
+    while bn > 1 and triton.cdiv(rows, bn) < 2 * n_sm:
+        bn //= 2
+    bb = _fit_bb(ws, 4 if bn == 1 else 2)
+    tile_bytes = bn * bb * 128 * (2 if swiglu else 1)
+    return GemvConfig(bn, bb, max(1, min(8, tile_bytes // 512)))
+
+
 def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
-    cfg = config or (INTERPRETER_CONFIG if x.device.type == "cpu" else DEFAULT_CONFIG)
+    if config is None:
+        config = INTERPRETER_CONFIG if x.device.type == "cpu" else auto_config(ws, x.device, swiglu)
+    cfg = config
     bn = cfg.block_n
     bb = _fit_bb(ws, cfg.block_b)
     K = ws[0].cols

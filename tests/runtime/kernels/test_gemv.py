@@ -35,7 +35,7 @@ def test_gemv_tile_variants_agree(device):
     w = random_qweight(GGMLType.Q4_K, 24, 1024, device, seed=int(torch.randint(0, 2**31, ()).item()))
     x = torch.randn(1024, device=device)
     ref = gemv_naive(x, [w])
-    for cfg in (GemvConfig(4, 2, 4), GemvConfig(8, 4, 4), GemvConfig(16, 1, 2)):
+    for cfg in (GemvConfig(1, 4, 1), GemvConfig(4, 2, 4), GemvConfig(8, 4, 4), GemvConfig(16, 1, 2)):
         assert _rel(gemv(x, [w], _nan(24, device), config=cfg), ref) < 2e-5, cfg
 
 
