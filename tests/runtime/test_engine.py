@@ -1,5 +1,5 @@
-import os
 """The Engine contract (docs/protocol.md §2) on the reference backend."""
+import os
 from pathlib import Path
 
 import pytest

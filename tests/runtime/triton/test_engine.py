@@ -1,4 +1,5 @@
 """TritonEngine end to end on the shared tiny fixtures (CPU interpreter in CI, CUDA when present)."""
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +10,7 @@ from runtime.gguf import load_gguf
 from runtime.triton import decode as decode_mod
 from runtime.triton.engine import load_triton_engine
 
-FIX = Path("/work/shared/fixtures/qwen35-tiny")
-if not FIX.exists():
-    FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "qwen35-tiny"
+FIX = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
 pytestmark = [pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present"), pytest.mark.slow]
 
 
