@@ -18,6 +18,7 @@ from .plan import FILE_TYPE, QUANTS, plan
 from .vocab import Vocab, build_vocab
 
 QUANTIZATION_VERSION = 2
+SHAPE_KEY, SEED_KEY = "tokengate.synth.shape", "tokengate.synth.seed"
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -67,6 +68,9 @@ def metadata(cfg: ModelConfig, quant: str, vocab: Vocab, seed: int, n_params: in
         u32("tokenizer.ggml.bos_token_id", vocab.endoftext_id),
         MetaValue("tokenizer.ggml.add_bos_token", False, "BOOL"),
         MetaValue("tokenizer.chat_template", CHAT_TEMPLATE, "STRING"),
+        # provenance, so `synth --report` can rebuild sibling quantizations of the same weights
+        MetaValue(SHAPE_KEY, cfg.name, "STRING"),
+        MetaValue(SEED_KEY, int(seed), "UINT64"),
     ]
 
 
