@@ -17,7 +17,7 @@ from ..gguf import QTensor, load_gguf
 from ..gguf.names import expected_tensors
 from . import init as synth_init
 from .factory import SEED_KEY, SHAPE_KEY, quantize_rows
-from .forward import batched_logits
+from ..models.qwen35_reference import Qwen35Reference
 from .plan import tensor_type
 from .vocab import REAL_FIRST_SPECIAL, REAL_VOCAB, SPECIAL_TOKENS
 
@@ -34,6 +34,16 @@ TARGETS = {
 
 def n_normal_tokens(vocab_size: int) -> int:
     return REAL_FIRST_SPECIAL if vocab_size == REAL_VOCAB else vocab_size - len(SPECIAL_TOKENS)
+
+
+@torch.no_grad()
+def batched_logits(W: dict[str, torch.Tensor], cfg: ModelConfig, ids: torch.Tensor) -> torch.Tensor:
+    """Reference fp32 logits [B, T, V] for same-length prompts ids [B, T]."""
+    model = Qwen35Reference(cfg, W, device=ids.device)
+    out = []
+    for row in ids:
+        out.append(model.forward(row, model.new_state(kv_capacity=row.shape[0]), all_logits=True))
+    return torch.stack(out)
 
 
 def random_prompts(vocab_size: int, n: int, length: int, seed: int) -> torch.Tensor:
