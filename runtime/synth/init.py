@@ -113,25 +113,29 @@ def roles(cfg: ModelConfig) -> dict[str, int]:
 class Gains:
     keep: float  # fraction of E[t] left after layer 0
     bigram: float
-    recent: float
+    recent: float  # output rms of the recency layer
     offset: float
-    field: float
+    field: float  # output rms of the field layer
     final: float
+    rms_in: dict  # expected residual rms (coordinates ≠ BIAS) entering each structured layer
 
 
 def gains(cfg: ModelConfig, spec: InitSpec) -> Gains:
     d = cfg.d_model
-    bg2 = spec.background**2  # rough energy of the background branches
-    h = math.sqrt(spec.field**2 + bg2)  # final residual rms (field dominates)
+    r = roles(cfg)
+    bg = spec.background * 0.08  # rms of one background branch output (measured, ≈ 1/sqrt(2L)·…)
+    h = math.sqrt(spec.field**2 + (2 * cfg.n_layers) * bg**2 + 1)  # final residual rms
     unit = h / math.sqrt(d)  # amplitude that gives z = 1
     keep, big = spec.z_self * unit, spec.z_bigram * unit
-    r1 = math.sqrt(keep**2 + big**2 + 0.1 * bg2)  # residual rms entering the recency layer
+    r1 = math.sqrt(keep**2 + big**2 + 2 * bg**2)  # entering the recency layer
     proj_v = min(cfg.value_dim, d) / d
     share1 = math.sqrt(1 - spec.recent_decay**2)  # the newest term of the normalised EMA
     recent = spec.z_recent * unit / (share1 * (big / r1) * proj_v)
-    r3 = math.sqrt(r1**2 + (recent * proj_v) ** 2 + 0.2 * bg2)
+    r3 = math.sqrt(r1**2 + recent**2 + 3 * bg**2)  # entering the offset-attention layer
     offset = spec.z_offset * unit / ((big / r3) * min(cfg.kv_proj_dim, d) / d)
-    return Gains(keep, big, recent, offset, spec.field / math.sqrt(proj_v), spec.logit_std / math.sqrt(d))
+    r4 = math.sqrt(r3**2 + (offset * math.sqrt(min(cfg.kv_proj_dim, d) / d)) ** 2 + 2 * bg**2)
+    rms_in = {r["recent_gdn"]: r1, r["offset_attn"]: r3, r["field_gdn"]: r4, r["bigram_ffn"]: 1.0}
+    return Gains(keep, big, recent, offset, spec.field, spec.logit_std / math.sqrt(d), rms_in)
 
 
 # -- embedding with successor structure -----------------------------------------------------
@@ -182,9 +186,9 @@ def _out_std(cfg: ModelConfig, fan_in: int, spec: InitSpec) -> float:
     return spec.background / math.sqrt(fan_in * 2 * cfg.n_layers)
 
 
-def _bias_in(cfg: ModelConfig, spec: InitSpec) -> float:
-    """Expected value of the normed input at BIAS (rms of the residual ≈ its first layers')."""
-    return spec.bias_value / math.sqrt(1 + spec.bias_value**2 / cfg.d_model)
+def _bias_in(cfg: ModelConfig, spec: InitSpec, rms: float = 1.0) -> float:
+    """Expected normed input at BIAS for a residual whose other coordinates have this rms."""
+    return spec.bias_value / math.sqrt(rms**2 + spec.bias_value**2 / cfg.d_model)
 
 
 def _jittered(seed, key, rows, cols, spec) -> torch.Tensor:
@@ -282,10 +286,10 @@ def _bigram_ffn(i, leaf, cfg: ModelConfig, seed, spec) -> torch.Tensor:
     return (m @ q.T) / silu
 
 
-def _const_rows(n: int, value: float, cfg: ModelConfig, seed, key, spec) -> torch.Tensor:
+def _const_rows(n: int, value: float, cfg: ModelConfig, seed, key, spec, rms: float = 1.0) -> torch.Tensor:
     """n rows reading only the bias channel (value/bias_in ⇒ output ≈ value), plus jitter."""
     w = _jittered(seed, key, n, cfg.d_model, spec)
-    w[:, BIAS] += value / _bias_in(cfg, spec)
+    w[:, BIAS] += value / _bias_in(cfg, spec, rms)
     return w
 
 
@@ -296,13 +300,14 @@ def _ema_gdn(i, leaf, shape, cfg: ModelConfig, seed, spec, decay, *, tap, gain, 
     random orthogonal map (a context "field" that favours no particular token)."""
     d, ck, cv = cfg.d_model, cfg.key_dim, cfg.value_dim
     key = f"blk.{i}.{leaf}"
+    rms = gains(cfg, spec).rms_in[i]
     beta = min(0.5, (1 - decay) / 2)
     lam = decay / (1 - beta)
     vb = orthonormal(seed, f"blk.{i}.gdn_vbasis", max(cv, d), min(cv, d))
     vb = vb if cv >= d else vb.T  # [cv, d]
     if leaf == "attn_qkv.weight":
-        qk = _const_rows(2 * ck, 1.0, cfg, seed, key + ":qk", spec)
-        v = vb.clone() * 0.1  # small: SiLU after the conv stays close to linear
+        qk = _const_rows(2 * ck, 1.0, cfg, seed, key + ":qk", spec, rms)
+        v = vb.clone() * (0.1 / rms)  # small: SiLU after the conv stays close to linear
         v[:, BIAS] = 0
         return torch.cat([qk, v])
     if leaf == "ssm_conv1d.weight":
@@ -311,9 +316,9 @@ def _ema_gdn(i, leaf, shape, cfg: ModelConfig, seed, spec, decay, *, tap, gain, 
         w[2 * ck :, tap] = 1.0
         return w
     if leaf == "attn_gate.weight":
-        return _const_rows(cv, 3.0, cfg, seed, key, spec)
+        return _const_rows(cv, 3.0, cfg, seed, key, spec, rms)
     if leaf == "ssm_beta.weight":
-        return _const_rows(cfg.n_v_head, math.log(beta / (1 - beta)), cfg, seed, key, spec)
+        return _const_rows(cfg.n_v_head, math.log(beta / (1 - beta)), cfg, seed, key, spec, rms)
     if leaf == "ssm_alpha.weight":
         return _jittered(seed, key, *shape, spec) * 0.1
     if leaf == "ssm_a":  # g = ssm_a · softplus(dt_bias) = log λ  (softplus(1) = log(1+e))
@@ -325,7 +330,7 @@ def _ema_gdn(i, leaf, shape, cfg: ModelConfig, seed, spec, decay, *, tap, gain, 
     if leaf == "ssm_out.weight":
         # y per head ≈ RMS-normalised m times silu(3): rms per channel silu(3).
         silu_z = 3.0 / (1 + math.exp(-3.0))
-        w = vb.T.clone() * (gain / silu_z)  # [d, cv]
+        w = vb.T.clone() * (gain * math.sqrt(d / cv) / silu_z)  # [d, cv]: output rms = gain
         if rotate:
             w = orthonormal(seed, f"blk.{i}.field_rotation", d, d) @ w
         w[BIAS, :] = 0
@@ -356,7 +361,7 @@ def _offset_attn(i, leaf, shape, cfg: ModelConfig, seed, spec) -> torch.Tensor:
     qv, kv = _rope_profile(cfg, spec)
     if leaf == "attn_q.weight":  # per head [q | gate]
         w = _jittered(seed, key, 2 * hq * dh, d, spec)
-        b = _bias_in(cfg, spec)
+        b = _bias_in(cfg, spec, gains(cfg, spec).rms_in[i])
         for h in range(hq):
             w[2 * h * dh : 2 * h * dh + dh, BIAS] += qv / b
             w[2 * h * dh + dh : 2 * h * dh + 2 * dh, BIAS] += 4.0 / b  # gate σ(4) ≈ 0.98
