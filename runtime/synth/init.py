@@ -20,6 +20,9 @@ ordinary random layers:
 * **Offset attention layer.** Constant q/k through partial RoPE make every head attend to the
   token `offset` positions back (a relative-position kernel from the rotary frequencies);
   the value/output projections copy that token's content: candidate π(t_{p-offset}).
+* **Context field DeltaNet layer.** The same EMA construction with a long memory, written
+  back through a fixed random rotation: a context-dependent Gaussian-like field over the
+  vocabulary that favours no token by construction (the bulk of the logit spread).
 * **Background.** Every other matrix is random, input projections N(0, 1/fan_in) and output
   projections N(0, bg²/(fan_in·2L)), GDN gates/decays drawn like the upstream initialiser.
   They perturb the logits with context-dependent noise as real layers do.
