@@ -6,19 +6,21 @@ prefill kernels (quantized GEMMs, token-parallel conv + chunked delta rule, flas
 reading and updating the engine's persistent state, so a later call (or decode) continues
 exactly where this one stopped (session reuse).
 
-Engine fields read (the shared layout, notes/triton-engine.md):
+Engine fields read (TritonEngine, runtime/triton/engine.py, documents the same list):
   config                     runtime.config.ModelConfig
-  device                     torch.device
-  weights.mat[name]          matrices: .qtype (GGMLType), .cols (K), .data (uint8 [rows, row_bytes] GGUF
-                             blocks, or typed [rows, cols] for F32/F16/BF16)
+  device, max_context        torch.device, int
+  weights.mat[name]          matrices: .qtype (GGMLType), .rows, .cols (K), .data (uint8 [rows, row_bytes]
+                             GGUF blocks, or typed [rows, cols] for F32/F16/BF16)
   weights.vec[name]          fp32 1-D tensors (norms, ssm_a, ssm_dt.bias) and ssm_conv1d [Cc, Kc]
   weights.lm_head            the LM-head matrix (output.weight, or token_embd.weight when tied)
-  conv_state[i]              fp32 [Kc-1, Cc] per GDN layer i (order of config.deltanet_layers)
-  ssm_state[i]               fp32 [Hv, dk, dv] per GDN layer
-  k_cache[i], v_cache[i]     bf16 [max_context, Hkv, Dh] per attention layer
-  position                   int, tokens consumed so far; advanced here by len(token_ids)
-  position_dev (optional)    device int32 scalar mirrored from position
-Fields written besides the state: `prefill_workspace` (the chunk scratch, kept for reuse).
+  state.conv[i]              fp32 [Kc-1, Cc] per GDN layer i (order of config.deltanet_layers)   (updated)
+  state.ssm[i]               fp32 [Hv, dk, dv] per GDN layer                                        (updated)
+  state.k_cache[i], .v_cache[i]  bf16 [max_context, Hkv, Dh] per attention layer                  (updated)
+  position                   tokens consumed before this call (read only: the engine advances it)
+Attributes this module keeps on the engine: prefill_workspace (chunk scratch, reused across calls),
+prefill_matrix_scratch (bf16 matrix buffer of the scratch GEMM path), and it reads the optional
+prefill_gemm (GEMM mode, else $TOKENGATE_PREFILL_GEMM) and prefill_chunk (a fixed chunk size, for
+tests and tuning; else planned from free memory).
 """
 from __future__ import annotations
 
@@ -162,9 +164,9 @@ def _gdn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int) -> None:
     _mm(engine, p + "attn_gate.weight", xn, ws.z[:n])
     _mm(engine, p + "ssm_alpha.weight", xn, ws.ab[:n, :hv])
     _mm(engine, p + "ssm_beta.weight", xn, ws.ab[:n, hv:])
-    gdn_conv(ws.u_raw[:n], vec[p + "ssm_conv1d.weight"], engine.conv_state[i], out=ws.u_conv[:n])
+    gdn_conv(ws.u_raw[:n], vec[p + "ssm_conv1d.weight"], engine.state.conv[i], out=ws.u_conv[:n])
     gdn_chunk(ws.u_conv[:n], ws.ab[:n, :hv], ws.ab[:n, hv:], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
-              engine.ssm_state[i], n_k_head=cfg.n_k_head, out=ws.o[:n], scratch=ws.gdn)
+              engine.state.ssm[i], n_k_head=cfg.n_k_head, out=ws.o[:n], scratch=ws.gdn)
     gated_norm(ws.o[:n], ws.z[:n], vec[p + "ssm_norm.weight"], cfg.rms_eps, out=ws.y[:n])
     _mm(engine, p + "ssm_out.weight", ws.y[:n], ws.h[:n], residual=ws.h[:n])
 
@@ -175,7 +177,7 @@ def _attn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int, pos0: int,
     _mm(engine, p + "attn_q.weight", xn, ws.qg[:n])
     _mm(engine, p + "attn_k.weight", xn, ws.k[:n])
     _mm(engine, p + "attn_v.weight", xn, ws.v[:n])
-    kc, vc = engine.k_cache[i], engine.v_cache[i]
+    kc, vc = engine.state.k_cache[i], engine.state.v_cache[i]
     attn_prep(ws.qg[:n], ws.k[:n], ws.v[:n], vec[p + "attn_q_norm.weight"], vec[p + "attn_k_norm.weight"],
               cos, sin, kc, vc, pos0, cfg.rms_eps, out=ws.q[:n])
     flash_attn(ws.q[:n], ws.qg[:n], kc, vc, pos0, out=ws.attn[:n])
@@ -231,6 +233,7 @@ def _logits(engine, ws: PrefillWorkspace, rows: slice, out: torch.Tensor) -> Non
 def prefill_forward(engine, token_ids, all_logits: bool = False, *, chunk_size: int | None = None) -> torch.Tensor:
     """Consume `token_ids` at engine.position …; return fp32 logits [V] (last token) or [n, V].
 
+    Updates the GDN and KV state in place; the caller advances engine.position by n.
     chunk_size overrides the memory-based chunk plan (tests; any value ≥ 1).
     """
     cfg = engine.config
@@ -244,6 +247,8 @@ def prefill_forward(engine, token_ids, all_logits: bool = False, *, chunk_size: 
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= cfg.vocab_size:
         raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}), got min {lo} max {hi}")
+    if chunk_size is None:
+        chunk_size = getattr(engine, "prefill_chunk", None)
     if chunk_size is not None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -256,14 +261,10 @@ def prefill_forward(engine, token_ids, all_logits: bool = False, *, chunk_size: 
     for c0 in range(0, n, chunk):
         c1 = min(c0 + chunk, n)
         _forward_chunk(engine, ids[c0:c1], ws, start + c0)
-        engine.position = start + c1  # state now holds tokens up to c1
         if all_logits:
             for r0 in range(0, c1 - c0, 256):  # bounded LM-head GEMM per call
                 r1 = min(r0 + 256, c1 - c0)
                 _logits(engine, ws, slice(r0, r1), out[c0 + r0 : c0 + r1])
         elif c1 == n:
             _logits(engine, ws, slice(c1 - c0 - 1, c1 - c0), out)
-    pos_dev = getattr(engine, "position_dev", None)
-    if pos_dev is not None:
-        pos_dev.fill_(engine.position)
     return out if all_logits else out[0]

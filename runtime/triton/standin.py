@@ -1,7 +1,7 @@
-"""A minimal engine holding exactly the buffers prefill_forward reads (see prefill.py's docstring).
-
-Used by the prefill tests and bench/prefill.py until the decode helper's TritonEngine is on
-main; it has no decode path. Weights are uploaded once in their GGUF block layout.
+"""A prefill-only engine with the buffers prefill_forward reads (see prefill.py's docstring), for
+bench/prefill.py when there is no GGUF file: `random_engine` makes Q4_K_M-typed random weights
+directly on the device (prefill speed does not depend on weight values). It has no decode path;
+for real files use TritonEngine.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..gguf import BLOCK, GGMLType, GGUFModel, load_gguf
+from .decode import DecodeState
 from .prefill import prefill_forward
 
 _DENSE = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
@@ -64,39 +65,19 @@ class StandInEngine:
         self.device = torch.device(device)
         self.max_context = max_context
         self.weights = StandInWeights(model, self.device) if model is not None else weights
-        f32 = dict(dtype=torch.float32, device=self.device)
-        n_gdn, n_attn = len(cfg.deltanet_layers), len(cfg.attention_layers)
-        self.conv_state = [torch.zeros(cfg.conv_kernel - 1, cfg.conv_channels, **f32) for _ in range(n_gdn)]
-        self.ssm_state = [torch.zeros(cfg.n_v_head, cfg.ssm_head_dim, cfg.ssm_head_dim, **f32) for _ in range(n_gdn)]
-        kv = (max_context, cfg.n_kv_head, cfg.head_dim)
-        self.k_cache = [torch.zeros(kv, dtype=torch.bfloat16, device=self.device) for _ in range(n_attn)]
-        self.v_cache = [torch.zeros(kv, dtype=torch.bfloat16, device=self.device) for _ in range(n_attn)]
+        self.state = DecodeState(cfg, max_context, self.device)
         self.position = 0
-        self.prefill_workspace = None
 
     def prefill(self, token_ids, *, all_logits: bool = False, chunk_size: int | None = None) -> torch.Tensor:
-        return prefill_forward(self, token_ids, all_logits, chunk_size=chunk_size)
+        ids = torch.as_tensor(token_ids, dtype=torch.int64).reshape(-1)
+        logits = prefill_forward(self, ids, all_logits, chunk_size=chunk_size)
+        self.position += ids.numel()
+        self.state.pos.fill_(self.position)
+        return logits
 
     def reset(self) -> None:
-        for t in (*self.conv_state, *self.ssm_state):
-            t.zero_()
+        self.state.zero_()
         self.position = 0
-
-    def snapshot(self) -> dict:
-        p = self.position
-        return {"conv": [t.clone() for t in self.conv_state], "ssm": [t.clone() for t in self.ssm_state],
-                "k": [t[:p].clone() for t in self.k_cache], "v": [t[:p].clone() for t in self.v_cache], "position": p}
-
-    def restore(self, snap: dict) -> None:
-        p = snap["position"]
-        for dst, src in zip(self.conv_state + self.ssm_state, snap["conv"] + snap["ssm"], strict=True):
-            dst.copy_(src)
-        for dst, src in zip(self.k_cache + self.v_cache, snap["k"] + snap["v"], strict=True):
-            dst[:p].copy_(src)
-        self.position = p
-
-    def state_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.conv_state, *self.ssm_state, *self.k_cache, *self.v_cache))
 
 
 def q4_k_m_type(name: str, cfg) -> GGMLType:
