@@ -12,10 +12,10 @@ set) and bench/receipts/prefill-<model>-<utc>.json. A short table is printed las
 
 Example (one device call, ~5–8 min):
   python bench/prefill.py --models 9b --lengths 512,4096,32768 --kernels
-Models come from --gguf PATH (NAME=PATH), else bench/models/<shape>-q4_k_m.gguf made by
-`python -m runtime.cli synth --shape <shape> --quant q4_k_m --seed 0 -o …`, else (no synth CLI)
-random Q4_K_M-typed weights generated on the device (speed does not depend on weight values;
-the receipt says which).
+Models come from --gguf NAME=PATH, else <workdir>/qwen35-<shape>-q4_k_m-seed0.gguf made by
+`python -m runtime.cli synth --shape <shape> --quant q4_k_m --seed 0 -o …` (run through
+TritonEngine), else (synth failed) random Q4_K_M-typed weights generated on the device in a
+prefill-only stand-in engine (speed does not depend on weight values; the receipt says which).
 """
 from __future__ import annotations
 
@@ -145,40 +145,48 @@ class Receipt:
 
 
 def _model_file(shape: str, args) -> Path | None:
+    """--gguf NAME=PATH, else the synthetic Q4_K_M file (same name and place as bench/decode.py's, so
+    one bench reuses the other's files on a warm machine), made by the synth CLI when missing."""
     for spec in args.gguf or []:
         name, _, path = spec.partition("=")
         if name == shape:
             return Path(path)
-    path = ROOT / "bench" / "models" / f"{shape}-q4_k_m.gguf"
-    if path.exists() or args.no_synth:
-        return path if path.exists() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "runtime.cli", "synth", "--shape", shape, "--quant", "q4_k_m", "--seed", "0", "-o", str(path)]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0 or not path.exists():
-        print(f"[synth] {' '.join(cmd)} failed ({r.returncode}): {r.stderr[-500:]}", flush=True)
-        return None
-    return path
+    out = Path(args.workdir) / f"qwen35-{shape}-q4_k_m-seed0.gguf"
+    if (out.exists() and out.stat().st_size > 0) or args.no_synth:
+        return out if out.exists() else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    base = [sys.executable, "-m", "runtime.cli", "synth", "--shape", shape, "--quant", "q4_k_m", "--seed", "0", "-o", str(tmp)]
+    for cmd in ([*base, "--device", DEVICE, "--quiet"], base):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        if r.returncode == 0 and tmp.exists():
+            tmp.rename(out)
+            return out
+    print(f"[synth] {' '.join(base)} failed ({r.returncode}): {r.stderr[-500:]}", flush=True)
+    return None
 
 
 def load_model(shape: str, args, receipt: Receipt, max_context: int):
     from runtime.config import shape as cfg_of
-    from runtime.triton.standin import StandInEngine, random_engine
+    from runtime.triton.engine import load_triton_engine
+    from runtime.triton.standin import random_engine
 
     path = _model_file(shape, args)
     t0 = time.perf_counter()
     if path is not None:
-        eng = StandInEngine(path, DEVICE, max_context)
+        eng = load_triton_engine(path, device=DEVICE, max_context=max_context)
+        receipt.data["engine"] = "TritonEngine"
         receipt.data["gguf"] = {"path": str(path), "sha256": _sha256(path), "bytes": path.stat().st_size}
     else:
         eng = random_engine(cfg_of(shape), DEVICE, max_context, seed=0)
+        receipt.data["engine"] = "StandInEngine (prefill only)"
         receipt.data["gguf"] = {"path": None, "sha256": None,
                                 "reason": "no GGUF and no synth CLI: random Q4_K_M-typed weights generated on the device"}
     _sync()
     receipt.data["load_s"] = time.perf_counter() - t0
     receipt.data["config"] = eng.config.to_dict()
     receipt.data["weights_bytes"] = eng.weights.nbytes
-    receipt.data["state_bytes"] = eng.state_bytes()
+    receipt.data["state_bytes"] = eng.state.nbytes
     return eng
 
 
@@ -373,6 +381,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="0.8b,4b,9b")
     ap.add_argument("--gguf", action="append", help="NAME=PATH of a GGUF to use for model NAME")
     ap.add_argument("--no-synth", action="store_true", help="never call the synth CLI; random weights if no file")
+    ap.add_argument("--workdir", default=str(ROOT / ".cache" / "bench"),
+                    help="where synthetic GGUFs are made and reused")
     ap.add_argument("--lengths", type=ints, default=[512, 4096, 32768])
     ap.add_argument("--turn2", type=ints, default=[4096, 512], help="turn-1,turn-2 token counts; empty to skip")
     ap.add_argument("--n", type=int, default=5)

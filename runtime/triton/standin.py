@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ..gguf import BLOCK, GGMLType, GGUFModel, load_gguf
+from ..gguf import BLOCK, GGMLType
 from .decode import DecodeState
 from .prefill import prefill_forward
-
-_DENSE = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -26,26 +23,12 @@ class StandInMatrix:
 
 
 class StandInWeights:
-    def __init__(self, model: GGUFModel | None, device, *, lm_head_name: str | None = None):
+    """The DeviceWeights fields prefill reads: mat, vec, lm_head (filled by random_engine)."""
+
+    def __init__(self):
         self.mat: dict[str, StandInMatrix] = {}
         self.vec: dict[str, torch.Tensor] = {}
-        if model is None:  # filled by the caller (random_engine)
-            self.lm_head = None
-            return
-        for name, qt in model.tensors.items():
-            raw = np.ascontiguousarray(np.asarray(qt.data)).view(np.uint8).copy()
-            t = torch.from_numpy(raw)
-            if len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
-                rows, cols = qt.shape
-                if qt.type in _DENSE:
-                    data = t.view(_DENSE[qt.type]).reshape(rows, cols)
-                else:
-                    per_block, nbytes = BLOCK[qt.type]
-                    data = t.reshape(rows, cols // per_block * nbytes)
-                self.mat[name] = StandInMatrix(GGMLType(qt.type), rows, cols, data.to(device))
-            else:
-                self.vec[name] = qt.dequantize().reshape(qt.shape).to(device=device, dtype=torch.float32).contiguous()
-        self.lm_head = self.mat[model.lm_head_name]
+        self.lm_head: StandInMatrix | None = None
 
     @property
     def nbytes(self) -> int:
@@ -54,18 +37,14 @@ class StandInWeights:
 
 
 class StandInEngine:
-    """One sequence: weights, GDN conv/recurrent states, bf16 KV caches, position."""
+    """One sequence: weights, the decode state layout (GDN conv/recurrent states, bf16 KV caches), position."""
 
-    def __init__(self, model: GGUFModel | str | None, device="cpu", max_context: int = 4096, *, config=None,
-                 weights: StandInWeights | None = None):
-        if model is not None and not isinstance(model, GGUFModel):
-            model = load_gguf(model)
-        cfg = model.config if model is not None else config
-        self.config = cfg
+    def __init__(self, config, weights: StandInWeights, device="cuda", max_context: int = 4096):
+        self.config = config
         self.device = torch.device(device)
         self.max_context = max_context
-        self.weights = StandInWeights(model, self.device) if model is not None else weights
-        self.state = DecodeState(cfg, max_context, self.device)
+        self.weights = weights
+        self.state = DecodeState(config, max_context, self.device)
         self.position = 0
 
     def prefill(self, token_ids, *, all_logits: bool = False, chunk_size: int | None = None) -> torch.Tensor:
@@ -99,7 +78,7 @@ def random_engine(cfg, device="cuda", max_context: int = 4096, seed: int = 0) ->
     from ..gguf.names import expected_tensors
 
     gen = torch.Generator(device=device).manual_seed(seed)
-    w = StandInWeights(None, device)
+    w = StandInWeights()
     f16_fields = {GGMLType.Q4_K: (0, 2), GGMLType.Q6_K: (208,)}
     for name, shape in expected_tensors(cfg).items():
         if len(shape) == 2 and not name.endswith("ssm_conv1d.weight"):
@@ -121,4 +100,4 @@ def random_engine(cfg, device="cuda", max_context: int = 4096, seed: int = 0) ->
         else:  # norms
             w.vec[name] = torch.ones(shape, device=device)
     w.lm_head = w.mat["token_embd.weight" if cfg.tied_embeddings else "output.weight"]
-    return StandInEngine(None, device, max_context, config=cfg, weights=w)
+    return StandInEngine(cfg, w, device, max_context)

@@ -107,3 +107,20 @@ def test_prefill_forward_rejects_bad_input(f32_model):
         prefill_forward(eng, [])
     with pytest.raises(ValueError, match="chunk_size"):
         prefill_forward(eng, [1, 2], chunk_size=0)
+
+
+def test_random_standin_engine_types_and_prefill_contract():
+    """The bench's no-file fallback: Q4_K_M tensor types per §8.4 and the prefill contract (position)."""
+    from runtime.config import SHAPES
+    from runtime.gguf import GGMLType
+    from runtime.triton.standin import q4_k_m_type, random_engine
+
+    cfg = SHAPES["9b"]
+    assert q4_k_m_type("output.weight", cfg) == GGMLType.Q6_K
+    assert q4_k_m_type("token_embd.weight", cfg) == GGMLType.Q4_K  # untied
+    assert [i for i in range(32) if q4_k_m_type(f"blk.{i}.ffn_down.weight", cfg) == GGMLType.Q6_K] == [
+        0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    eng = random_engine(SHAPES["tiny"], DEVICE, max_context=16)
+    with pytest.raises(ValueError, match="max_context"):
+        eng.prefill(list(range(17)))
+    assert eng.position == 0
