@@ -124,3 +124,31 @@ def test_random_standin_engine_types_and_prefill_contract():
     with pytest.raises(ValueError, match="max_context"):
         eng.prefill(list(range(17)))
     assert eng.position == 0
+
+
+def test_failed_workspace_allocation_shrinks_the_chunk(monkeypatch):
+    """An OOM while allocating the chunk scratch halves the chunk (never one token at a time)."""
+    from runtime.config import SHAPES
+    from runtime.triton import prefill as pf
+
+    real = pf.PrefillWorkspace
+    tried = []
+
+    def fake(cfg, n, device):
+        tried.append(n)
+        if n > 128:
+            raise torch.OutOfMemoryError("fake: no room for the chunk scratch")
+        return real(cfg, n, device)
+
+    monkeypatch.setattr(pf, "PrefillWorkspace", fake)
+
+    class Eng:
+        config, device, prefill_workspace = SHAPES["tiny"], torch.device("cpu"), None
+
+    ws, chunk = pf._workspace(Eng, 1024)
+    assert tried == [1024, 512, 256, 128] and chunk == 128 and ws.capacity == 128
+    assert pf._workspace(Eng, 100) == (ws, 100)  # a smaller chunk reuses the scratch
+    monkeypatch.setattr(pf, "PrefillWorkspace", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("none")))
+    Eng.prefill_workspace = None
+    with pytest.raises(torch.OutOfMemoryError):
+        pf._workspace(Eng, 64)
