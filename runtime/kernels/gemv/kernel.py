@@ -252,12 +252,22 @@ def _fit_bb(ws: Sequence[QWeight], bb: int) -> int:
 _SM_COUNT: dict = {}
 
 
+def set_sm_count(device, n_sm: int) -> None:
+    """Pretend `device` has n_sm SMs (recording launches on the meta device; tests)."""
+    _SM_COUNT[torch.device(device)] = n_sm
+
+
+def sm_count(device) -> int:
+    device = torch.device(device)
+    if device not in _SM_COUNT:
+        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[device]
+
+
 def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
     """Tile heuristic for the GPU: 16-byte loads on big matrices (BN*BB*128 B per step), and at
     least ~2 programs per SM on small ones (fewer rows per program rather than a split over K)."""
-    if device not in _SM_COUNT:
-        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    n_sm = _SM_COUNT[device]
+    n_sm = sm_count(device)
     rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
     bn = 8 if triton.cdiv(rows, 8) >= 8 * n_sm else 4
     while bn > 1 and triton.cdiv(rows, bn) < 2 * n_sm:
