@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gguf import GGMLType
+from ...gguf import BLOCK, GGMLType
 from ...triton.weights import QWeight
 
 # qtype codes inside the kernel
@@ -39,8 +39,16 @@ EPI_NONE, EPI_RESIDUAL, EPI_CONV = 0, 1, 2
 
 
 @triton.jit
-def _x_pair(p_x, p_nw, offs, NORM: tl.constexpr):
-    """x at element offsets, and the value to multiply weights with (x * norm weight if NORM)."""
+def _x_pair(p_x, p_nw, offs, K, NORM: tl.constexpr, KMASK: tl.constexpr):
+    """x at element offsets, and the value to multiply weights with (x * norm weight if NORM).
+
+    KMASK: the last K-step runs past K (BB does not divide the block count); x there reads as 0,
+    so the clamped (repeated) weight blocks of that step add nothing."""
+    if KMASK:
+        x = tl.load(p_x + offs, mask=offs < K, other=0.0)
+        if NORM:
+            return x, x * tl.load(p_nw + offs, mask=offs < K, other=0.0)
+        return x, x
     x = tl.load(p_x + offs)
     if NORM:
         return x, x * tl.load(p_nw + offs)
@@ -70,7 +78,7 @@ def _k4_scale_min(p_w, base, j):
 
 @triton.jit
 def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-              NORM: tl.constexpr):
+              NORM: tl.constexpr, KMASK: tl.constexpr):
     """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm)."""
     acc = tl.zeros([BN], dtype=tl.float32)
     ss = tl.zeros([1], dtype=tl.float32)
@@ -82,12 +90,15 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         c = m % 4
         li = tl.arange(0, 32)
         for b0 in range(0, K // 256, BB):
-            blk = b0 + m // 4  # [BB*4]
+            blk_x = b0 + m // 4  # [BB*4]
+            blk = blk_x
+            if KMASK:  # past-the-end steps re-read the last block (x there is 0)
+                blk = tl.minimum(blk_x, K // 256 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * BPB  # [BN, BB*4] block start bytes
             q = tl.load(p_w + base[:, :, None] + QS + (c * 32)[None, :, None] + li[None, None, :]).to(tl.int32)
-            xo = (blk * 256 + c * 64)[:, None] + li[None, :]  # [BB*4, 32]
-            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, NORM)
-            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 32, NORM)
+            xo = (blk_x * 256 + c * 64)[:, None] + li[None, :]  # [BB*4, 32]
+            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
             if NORM:
                 ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
             q_lo = q & 15
@@ -116,16 +127,19 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         s = mm % 2
         li = tl.arange(0, 16)
         for b0 in range(0, K // 256, BB):
-            blk = b0 + m // 8
+            blk_x = b0 + m // 8
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 256 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * 210  # [BN, BB*8]
             ql = tl.load(p_w + base[:, :, None] + (mm * 16)[None, :, None] + li[None, None, :]).to(tl.int32)
             qh = tl.load(p_w + base[:, :, None] + (128 + 32 * n + 16 * s)[None, :, None] + li[None, None, :]).to(tl.int32)
             sh = (2 * h)[None, :, None]
             q_lo = (ql & 15) | (((qh >> sh) & 3) << 4)
             q_hi = (ql >> 4) | (((qh >> (sh + 4)) & 3) << 4)
-            xo = (blk * 256 + 128 * n + 32 * h + 16 * s)[:, None] + li[None, :]  # [BB*8, 16]
-            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, NORM)
-            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 64, NORM)
+            xo = (blk_x * 256 + 128 * n + 32 * h + 16 * s)[:, None] + li[None, :]  # [BB*8, 16]
+            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
             if NORM:
                 ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
             s_lo = tl.sum(_small_int_to_f32(q_lo, 32) * xe_lo[None, :, :], axis=2)
@@ -141,11 +155,14 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         m = tl.arange(0, BB)
         li = tl.arange(0, 32)
         for b0 in range(0, K // 32, BB):
-            blk = b0 + m
+            blk_x = b0 + m
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 32 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * 34  # [BN, BB]
             q = tl.load(p_i8 + base[:, :, None] + 2 + li[None, None, :]).to(tl.float32)
-            xo = (blk * 32)[:, None] + li[None, :]
-            x, xe = _x_pair(p_x, p_nw, xo, NORM)
+            xo = (blk_x * 32)[:, None] + li[None, :]
+            x, xe = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
             if NORM:
                 ss += tl.sum(tl.sum(x * x, axis=1), axis=0)
             d = tl.load(p_h + base // 2).to(tl.float32)
@@ -168,11 +185,11 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 @triton.jit
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
-             KC: tl.constexpr):
+             KC: tl.constexpr, KMASK: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
-    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM)
+    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
     if EPI == 1:
@@ -195,7 +212,7 @@ def _gemv_kernel(
     p_w0, rb0, n0, o0, p_w1, rb1, n1, o1, p_w2, rb2, n2, o2, p_w3, rb3, n3, o3,
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-    KC: tl.constexpr,
+    KC: tl.constexpr, KMASK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -203,8 +220,8 @@ def _gemv_kernel(
         i_r = pid * BN + tl.arange(0, BN)
         rmask = i_r < n0
         rows = tl.minimum(i_r, n0 - 1).to(tl.int64)
-        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM)
-        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM)
+        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK)
+        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK)
         if NORM:
             r = tl.rsqrt(ss / K + eps)
             g = g * r
@@ -213,30 +230,40 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC)
+                         QT1, 0, BN, BB, NORM, KC, KMASK)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC)
+                             QT2, 0, BN, BB, NORM, KC, KMASK)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK)
 
 
 @dataclass(frozen=True)
 class GemvConfig:
-    """Tile shape: BN rows per program, BB K-steps (super-blocks) per loop iteration, warps."""
+    """Tile shape: BN rows per program, BB K-steps (super-blocks) per loop iteration, warps.
+
+    BB need not divide the block count: the last step is then masked (x reads 0 past K)."""
 
     block_n: int = 4
     block_b: int = 2
     num_warps: int = 4
+
+
+@dataclass(frozen=True)
+class AutoTile:
+    """Pick the tile per launch from the matrix shapes: version 1 = the first heuristic (BB <= 2,
+    warps from the tile size), version 2 = enough bytes in flight per SM (see auto_config_v2)."""
+
+    version: int = 2
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -247,11 +274,17 @@ def _row_stride(w: QWeight) -> int:
     return w.row_bytes if w.is_block else w.data.stride(0)
 
 
+def _k_steps(w: QWeight) -> int | None:
+    """K-steps (super-blocks) of a block-quantized matrix; None for typed rows (masked by K anyway)."""
+    if w.qtype in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+        return None
+    return w.cols // STEP_ELEMS[QCODE[w.qtype]]
+
+
 def _fit_bb(ws: Sequence[QWeight], bb: int) -> int:
     """Largest power of two <= bb that divides every segment's count of K-steps."""
     while bb > 1:
-        if all(w.qtype in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
-               or (w.cols // STEP_ELEMS[QCODE[w.qtype]]) % bb == 0 for w in ws):
+        if all(_k_steps(w) is None or _k_steps(w) % bb == 0 for w in ws):
             return bb
         bb //= 2
     return 1
@@ -272,25 +305,60 @@ def sm_count(device) -> int:
     return _SM_COUNT[device]
 
 
-def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
-    """Tile heuristic for the GPU: 16-byte loads on big matrices (BN*BB*128 B per step), and at
-    least ~2 programs per SM on small ones (fewer rows per program rather than a split over K)."""
-    n_sm = sm_count(device)
-    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+def _rows_per_program(rows: int, n_sm: int) -> int:
     bn = 8 if triton.cdiv(rows, 8) >= 8 * n_sm else 4
     while bn > 1 and triton.cdiv(rows, bn) < 2 * n_sm:
         bn //= 2
+    return bn
+
+
+def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic v1: 16-byte loads on big matrices (BN*BB*128 B per step), and at least ~2
+    programs per SM on small ones (fewer rows per program rather than a split over K)."""
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = _rows_per_program(rows, sm_count(device))
     bb = _fit_bb(ws, 4 if bn == 1 else 2)
     tile_bytes = bn * bb * 128 * (2 if swiglu else 1)
     return GemvConfig(bn, bb, max(1, min(8, tile_bytes // 512)))
 
 
+IN_FLIGHT_BYTES_PER_SM = 32 << 10  # ~ bandwidth x latency / SMs on an H200 (4.8 TB/s x ~0.9 us / 132)
+MAX_RESIDENT_PROGRAMS = 8  # rough occupancy cap (registers) for the per-SM in-flight estimate
+
+
+def auto_config_v2(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic v2: as many rows per program as v1, then BB so that the programs resident
+    on an SM have ~IN_FLIGHT_BYTES_PER_SM of weights loading at once (a GEMV only reaches the
+    copy bandwidth with that much in flight). Small matrices (0.8B: 1024 rows x K<=3584, 512
+    programs, < 4 per SM) get their whole K in one masked step instead of 7 steps of 512 B with
+    one warp. Warps: v1's rule (one per 512 B of 4-bit tile), at least 4."""
+    n_sm = sm_count(device)
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = _rows_per_program(rows, n_sm)
+    resident = max(1.0, min(MAX_RESIDENT_PROGRAMS, triton.cdiv(rows, bn) / n_sm))
+    block_bytes = max((BLOCK[w.qtype][1] if w.is_block else 256 * w.data.element_size()) for w in ws)
+    per_step = bn * block_bytes * (2 if swiglu else 1)
+    steps = [s for s in (_k_steps(w) for w in ws) if s is not None] or [triton.cdiv(ws[0].cols, 256)]
+    want = IN_FLIGHT_BYTES_PER_SM / (resident * per_step)
+    bb = 1
+    while bb * 2 <= min(16, triton.next_power_of_2(max(steps))) and bb * 1.5 < want:
+        bb *= 2
+    tile_bytes = bn * bb * 128 * (2 if swiglu else 1)  # v1's measure, so unchanged tiles keep v1's warps
+    return GemvConfig(bn, bb, max(4, min(8, tile_bytes // 512)))
+
+
 def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
     if config is None:
-        config = INTERPRETER_CONFIG if x.device.type == "cpu" else auto_config(ws, x.device, swiglu)
+        config = INTERPRETER_CONFIG if x.device.type == "cpu" else AutoTile()
+    if isinstance(config, AutoTile):
+        if x.device.type == "cpu":
+            config = INTERPRETER_CONFIG
+        else:
+            config = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
     cfg = config
     bn = cfg.block_n
-    bb = _fit_bb(ws, cfg.block_b)
+    bb = cfg.block_b
+    kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
     K = ws[0].cols
     segs = list(ws) + [ws[0]] * (4 - len(ws))
     offs = list(out_offsets) + [0] * (4 - len(ws))
@@ -313,7 +381,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        num_warps=cfg.num_warps,
+        KMASK=kmask, num_warps=cfg.num_warps,
     )
     return out
 
@@ -329,7 +397,7 @@ def _check_vec(name, t, n, device):
 def gemv(x: torch.Tensor, weights: Sequence[QWeight], out: torch.Tensor | None = None, *,
          norm_weight: torch.Tensor | None = None, eps: float = 1e-6, residual: torch.Tensor | None = None,
          conv_state: torch.Tensor | None = None, conv_weight: torch.Tensor | None = None,
-         swiglu: bool = False, config: GemvConfig | None = None) -> torch.Tensor:
+         swiglu: bool = False, config: GemvConfig | AutoTile | None = None) -> torch.Tensor:
     """out = concat_i(W_i x_n) with x_n = RMSNorm(x; norm_weight) if norm_weight is given.
 
     - residual: out = residual + W x (single matrix; residual may be `out` itself).

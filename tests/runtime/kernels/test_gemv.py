@@ -78,3 +78,21 @@ def test_gemv_rejects_bad_shapes(device):
         gemv(torch.randn(512, device=device), [w])
     with pytest.raises(ValueError, match="input size"):
         gemv(torch.randn(256, device=device), [w, random_qweight(GGMLType.Q4_K, 8, 512, device)])
+
+
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0], ids=lambda t: t.name)
+def test_gemv_k_step_not_dividing_the_blocks(device, qtype):
+    """BB larger than / not dividing the block count (3 super-blocks): the last step is masked."""
+    seed = int(torch.randint(0, 2**31, ()).item())
+    K = 768
+    w = random_qweight(qtype, 10, K, device, seed=seed)
+    x = torch.randn(K, device=device)
+    nw = torch.rand(K, device=device) + 0.5
+    ref = gemv_naive(x, [w], norm_weight=nw)
+    for cfg in (GemvConfig(2, 2, 4), GemvConfig(4, 16, 4)):
+        out = gemv(x, [w], _nan(10, device), norm_weight=nw, config=cfg)
+        assert _rel(out, ref) < 2e-5, (cfg, seed)
+    h = torch.randn(10, device=device)
+    ref = gemv_naive(x, [w], residual=h)
+    gemv(x, [w], h, residual=h, config=GemvConfig(2, 4, 4))
+    assert _rel(h, ref) < 2e-5
