@@ -78,7 +78,7 @@ def _k4_scale_min(p_w, base, j):
 
 @triton.jit
 def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-              NORM: tl.constexpr, KMASK: tl.constexpr):
+              NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr):
     """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm)."""
     acc = tl.zeros([BN], dtype=tl.float32)
     ss = tl.zeros([1], dtype=tl.float32)
@@ -117,7 +117,7 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
             dmin = tl.load(p_h + base // 2 + 1).to(tl.float32)
             part = d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (mn_lo * xs_lo + mn_hi * xs_hi)
             acc += tl.sum(part, axis=1)
-    elif QT == 6:  # Q6_K (210 B): 16 sub-blocks of 16; group mm = 4n + 2h + s covers ql[16mm : 16mm+16]
+    elif QT == 6 and Q6 == 1:  # Q6_K (210 B): 16 sub-blocks of 16; group mm = 4n + 2h + s covers ql[16mm : 16mm+16]
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
         m = tl.arange(0, BB * 8)
@@ -149,6 +149,43 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
             sc_hi = tl.load(p_i8 + base + 196 + sidx).to(tl.float32)
             d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
             acc += tl.sum(d * (sc_lo * s_lo + sc_hi * s_hi), axis=1)
+    elif QT == 6:  # Q6 == 2. Q6_K (210 B): per 128-half n and l = 16s + li (0..31), the bytes ql[64n + l],
+        # ql[64n + 32 + l] and qh[32n + l] give elements 128n + 32j + l, j = 0..3 (lo/hi nibbles of the
+        # two ql runs, 2-bit pairs of qh): each byte is loaded once (160 of the 192 quant bytes before)
+        p_h = p_w.to(tl.pointer_type(tl.float16))
+        p_i8 = p_w.to(tl.pointer_type(tl.int8))
+        m = tl.arange(0, BB * 4)
+        n = (m % 4) // 2
+        s = m % 2
+        li = tl.arange(0, 16)
+        for b0 in range(0, K // 256, BB):
+            blk_x = b0 + m // 4
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 256 - 1)
+            base = rows[:, None] * row_bytes + blk[None, :] * 210  # [BN, BB*4]
+            p_l = p_w + base[:, :, None] + (64 * n + 16 * s)[None, :, None] + li[None, None, :]
+            ql_a = tl.load(p_l).to(tl.int32)
+            ql_b = tl.load(p_l + 32).to(tl.int32)
+            qh = tl.load(p_w + base[:, :, None] + (128 + 32 * n + 16 * s)[None, :, None] + li[None, None, :]).to(tl.int32)
+            xo = (blk_x * 256 + 128 * n + 16 * s)[:, None] + li[None, :]  # [BB*4, 16]
+            x0, xe0 = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x1, xe1 = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
+            x2, xe2 = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
+            x3, xe3 = _x_pair(p_x, p_nw, xo + 96, K, NORM, KMASK)
+            if NORM:
+                ss += tl.sum(tl.sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3, axis=1), axis=0)
+            s0 = tl.sum(_small_int_to_f32((ql_a & 15) | ((qh & 3) << 4), 32) * xe0[None, :, :], axis=2)
+            s1 = tl.sum(_small_int_to_f32((ql_b & 15) | ((qh & 12) << 2), 32) * xe1[None, :, :], axis=2)
+            s2 = tl.sum(_small_int_to_f32((ql_a >> 4) | (qh & 48), 32) * xe2[None, :, :], axis=2)
+            s3 = tl.sum(_small_int_to_f32((ql_b >> 4) | ((qh >> 2) & 48), 32) * xe3[None, :, :], axis=2)
+            p_sc = p_i8 + base + 192 + (8 * n + s)[None, :]  # 16-element sub-block 8n + 2j + s
+            sc0 = tl.load(p_sc).to(tl.float32)
+            sc1 = tl.load(p_sc + 2).to(tl.float32)
+            sc2 = tl.load(p_sc + 4).to(tl.float32)
+            sc3 = tl.load(p_sc + 6).to(tl.float32)
+            d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
+            acc += tl.sum(d * (sc0 * s0 + sc1 * s1 + sc2 * s2 + sc3 * s3), axis=1)
     elif QT == 3:  # Q8_0 (34 B): f16 d, 32 int8
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
@@ -185,11 +222,11 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 @triton.jit
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
-             KC: tl.constexpr, KMASK: tl.constexpr):
+             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
-    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK)
+    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
     if EPI == 1:
@@ -212,7 +249,7 @@ def _gemv_kernel(
     p_w0, rb0, n0, o0, p_w1, rb1, n1, o1, p_w2, rb2, n2, o2, p_w3, rb3, n3, o3,
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-    KC: tl.constexpr, KMASK: tl.constexpr,
+    KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -220,8 +257,8 @@ def _gemv_kernel(
         i_r = pid * BN + tl.arange(0, BN)
         rmask = i_r < n0
         rows = tl.minimum(i_r, n0 - 1).to(tl.int64)
-        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK)
-        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK)
+        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6)
+        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6)
         if NORM:
             r = tl.rsqrt(ss / K + eps)
             g = g * r
@@ -230,21 +267,21 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC, KMASK)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC, KMASK)
+                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC, KMASK)
+                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC, KMASK)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6)
 
 
 @dataclass(frozen=True)
@@ -256,6 +293,7 @@ class GemvConfig:
     block_n: int = 4
     block_b: int = 2
     num_warps: int = 4
+    q6: int = 1  # Q6_K unpacking: 1 = 8 groups of 16 (qh read twice), 2 = qh read once (4 outputs per byte)
 
 
 @dataclass(frozen=True)
@@ -264,6 +302,7 @@ class AutoTile:
     warps from the tile size), version 2 = enough bytes in flight per SM (see auto_config_v2)."""
 
     version: int = 2
+    q6: int = 1  # as GemvConfig.q6
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -354,7 +393,8 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         if x.device.type == "cpu":
             config = INTERPRETER_CONFIG
         else:
-            config = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
+            tile = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
+            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6)
     cfg = config
     bn = cfg.block_n
     bb = cfg.block_b
@@ -381,7 +421,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, num_warps=cfg.num_warps,
     )
     return out
 

@@ -96,3 +96,16 @@ def test_gemv_k_step_not_dividing_the_blocks(device, qtype):
     ref = gemv_naive(x, [w], residual=h)
     gemv(x, [w], h, residual=h, config=GemvConfig(2, 4, 4))
     assert _rel(h, ref) < 2e-5
+
+
+@pytest.mark.parametrize("q6", [1, 2])
+def test_gemv_q6_k_unpackings(device, q6):
+    seed = int(torch.randint(0, 2**31, ()).item())
+    K = 768  # 3 super-blocks: BB=2 and BB=4 steps are masked
+    w = random_qweight(GGMLType.Q6_K, 12, K, device, seed=seed)
+    x = torch.randn(K, device=device)
+    nw = torch.rand(K, device=device) + 0.5
+    ref = gemv_naive(x, [w], norm_weight=nw)
+    for bn, bb in ((4, 1), (2, 2), (8, 4)):
+        out = gemv(x, [w], _nan(12, device), norm_weight=nw, config=GemvConfig(bn, bb, 4, q6))
+        assert _rel(out, ref) < 2e-5, (bn, bb, seed)
