@@ -236,6 +236,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--json", action="store_true", help="print one JSON summary line")
+    ap.add_argument("--no-variants", dest="variants", action="store_false",
+                    help="only the default engine options (not the bench's q6=2 / split-GDN variants)")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         ap.error("unset TRITON_INTERPRET: the interpreter replaces the kernels this compiles")
@@ -244,6 +246,13 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         for launch in record_decode_launches(SHAPES[shape]):
             launch.tags.append(shape)
+            launches.append(launch)
+    if args.variants:  # the bench's engine variants, on the first shape only (compile time)
+        from ..kernels.gemv import AutoTile
+
+        shape = args.shapes.split(",")[0]
+        for launch in record_decode_launches(SHAPES[shape], gemv_config=AutoTile(2, q6=2), gdn_block_v=32):
+            launch.tags.append(f"{shape}+variants")
             launches.append(launch)
     unique = unique_launches(launches)
     results = compile_all(unique, args.jobs, args.arch)
