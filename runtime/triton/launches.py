@@ -93,7 +93,7 @@ class _Recorder:
                     attrs[(i,)] = [["tt.divisibility", 16]]
             g = grid(bound.arguments) if callable(grid) else grid
             rec.launches.append(Launch(fn.fn.__name__, fn, sig, const, attrs,
-                                       {k: v for k, v in options.items() if k in ("num_warps", "num_stages")},
+                                       {k: v for k, v in options.items() if k in ("num_warps", "num_stages", "launch_pdl")},
                                        tuple(int(x) for x in g), [rec.tag] if rec.tag else []))
 
         JITFunction.run = run
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for launch in record_decode_launches(SHAPES[shape], gemv_config=AutoTile(2, q6=2), gdn_block_v=32):
+        for launch in record_decode_launches(SHAPES[shape], gemv_config=AutoTile(2, q6=2, pdl=True), gdn_block_v=32):
             launch.tags.append(f"{shape}+variants")
             launches.append(launch)
     unique = unique_launches(launches)

@@ -21,6 +21,14 @@ import triton.language as tl
 from ...gguf import BLOCK, GGMLType
 from ...triton.weights import QWeight
 
+try:  # programmatic dependent launch (Hopper): Triton >= 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # pragma: no cover - older Triton: the pdl flag is refused
+    gdc_launch_dependents = gdc_wait = None
+    HAS_GDC = False
+
 # qtype codes inside the kernel
 T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_K, T_Q5_K, T_Q6_K = 0, 1, 2, 3, 4, 5, 6
 QCODE = {
@@ -220,12 +228,26 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 
 
 @triton.jit
+def _pdl_prologue(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
+    """PDL: let the next kernel get scheduled, pull this program's weight rows into L2 (they do not
+    depend on the previous kernel), then wait for the previous kernel before touching x or out."""
+    gdc_launch_dependents()
+    if QT >= 3:  # block-quantized rows: row_bytes is a byte stride
+        ln = tl.arange(0, LINES) * 128
+        ptrs = p_w + rows[:, None] * row_bytes + tl.minimum(ln, row_bytes - 1)[None, :]
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
+    gdc_wait()
+
+
+@triton.jit
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
-             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr):
+             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
+    if PDL:
+        _pdl_prologue(p_w, row_bytes, rows, QT, LINES)
     acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
@@ -249,7 +271,7 @@ def _gemv_kernel(
     p_w0, rb0, n0, o0, p_w1, rb1, n1, o1, p_w2, rb2, n2, o2, p_w3, rb3, n3, o3,
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-    KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr,
+    KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -257,6 +279,8 @@ def _gemv_kernel(
         i_r = pid * BN + tl.arange(0, BN)
         rmask = i_r < n0
         rows = tl.minimum(i_r, n0 - 1).to(tl.int64)
+        if PDL:
+            _pdl_prologue(p_w1, rb1, rows, QT1, LINES)  # gate's rows are prefetched by the first _dot_rows' loads
         g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6)
         u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6)
         if NORM:
@@ -267,21 +291,21 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6)
+                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6)
+                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
 
 
 @dataclass(frozen=True)
@@ -294,6 +318,7 @@ class GemvConfig:
     block_b: int = 2
     num_warps: int = 4
     q6: int = 1  # Q6_K unpacking: 1 = 8 groups of 16 (qh read twice), 2 = qh read once (4 outputs per byte)
+    pdl: bool = False  # programmatic dependent launch + L2 prefetch of the weights before waiting (sm_90)
 
 
 @dataclass(frozen=True)
@@ -303,6 +328,7 @@ class AutoTile:
 
     version: int = 2
     q6: int = 1  # as GemvConfig.q6
+    pdl: bool = False  # as GemvConfig.pdl
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -394,11 +420,16 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
             config = INTERPRETER_CONFIG
         else:
             tile = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
-            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6)
+            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6, config.pdl)
     cfg = config
     bn = cfg.block_n
     bb = cfg.block_b
     kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
+    pdl = bool(cfg.pdl) and x.device.type != "cpu"  # the interpreter has no grid dependency control
+    if pdl and not HAS_GDC:
+        raise ValueError(f"gemv: pdl needs triton.language.extra.cuda.gdc_wait (Triton >= 3.4), have {triton.__version__}")
+    lines = triton.next_power_of_2(max(1, max(triton.cdiv(_row_stride(w), 128) for w in ws if w.is_block)
+                                       if any(w.is_block for w in ws) else 1))
     K = ws[0].cols
     segs = list(ws) + [ws[0]] * (4 - len(ws))
     offs = list(out_offsets) + [0] * (4 - len(ws))
@@ -421,7 +452,8 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 
