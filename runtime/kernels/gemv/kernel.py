@@ -228,15 +228,13 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 
 
 @triton.jit
-def _pdl_prologue(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
-    """PDL: let the next kernel get scheduled, pull this program's weight rows into L2 (they do not
-    depend on the previous kernel), then wait for the previous kernel before touching x or out."""
-    gdc_launch_dependents()
-    if QT >= 3:  # block-quantized rows: row_bytes is a byte stride
+def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
+    """Pull this program's weight rows into L2 (PDL prologue: weights do not depend on the previous
+    kernel, so their DRAM latency overlaps its tail). Block-quantized rows only (byte strides)."""
+    if QT >= 3:
         ln = tl.arange(0, LINES) * 128
         ptrs = p_w + rows[:, None] * row_bytes + tl.minimum(ln, row_bytes - 1)[None, :]
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
-    gdc_wait()
 
 
 @triton.jit
@@ -246,8 +244,10 @@ def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
-    if PDL:
-        _pdl_prologue(p_w, row_bytes, rows, QT, LINES)
+    if PDL:  # let the next kernel get scheduled, prefetch, then wait for the previous kernel's x / out
+        gdc_launch_dependents()
+        _l2_prefetch_rows(p_w, row_bytes, rows, QT, LINES)
+        gdc_wait()
     acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
@@ -280,7 +280,10 @@ def _gemv_kernel(
         rmask = i_r < n0
         rows = tl.minimum(i_r, n0 - 1).to(tl.int64)
         if PDL:
-            _pdl_prologue(p_w1, rb1, rows, QT1, LINES)  # gate's rows are prefetched by the first _dot_rows' loads
+            gdc_launch_dependents()
+            _l2_prefetch_rows(p_w0, rb0, rows, QT0, LINES)
+            _l2_prefetch_rows(p_w1, rb1, rows, QT1, LINES)
+            gdc_wait()
         g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6)
         u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6)
         if NORM:
