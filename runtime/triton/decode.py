@@ -72,11 +72,12 @@ class DecodeStep:
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
                  gemv_config: GemvConfig | AutoTile | None = None, attn_block_t: int = 64,
-                 gdn_block_v: int | None = None):
+                 gdn_block_v: int | None = None, gdn_pdl: bool = False):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
         self.gemv_config = gemv_config
         self.attn_block_t = attn_block_t
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)
+        self.gdn_pdl = gdn_pdl  # programmatic dependent launch of the GDN step (bench variant)
 
     def __call__(self) -> None:
         cfg, w, s, b, gc = self.cfg, self.w, self.s, self.b, self.gemv_config
@@ -101,7 +102,7 @@ class DecodeStep:
                      conv_state=s.conv[i_gdn], conv_weight=vec[p + "ssm_conv1d.weight"], config=gc)
                 gdn_decode_step(b.proj_gdn, s.ssm[i_gdn], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
                                 vec[p + "ssm_norm.weight"], b.y_gdn, n_k_head=cfg.n_k_head, eps=eps,
-                                block_v=self.gdn_block_v, ssq=b.gdn_ssq)
+                                block_v=self.gdn_block_v, ssq=b.gdn_ssq, pdl=self.gdn_pdl)
                 gemv(b.y_gdn, [mat[p + "ssm_out.weight"]], h, residual=h, config=gc)
                 i_gdn += 1
             gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,

@@ -251,9 +251,10 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for launch in record_decode_launches(SHAPES[shape], gemv_config=AutoTile(2, q6=2, pdl=True), gdn_block_v=32):
-            launch.tags.append(f"{shape}+variants")
-            launches.append(launch)
+        for opts in ({"gemv_config": AutoTile(2, q6=2, pdl=True), "gdn_block_v": 32}, {"gdn_pdl": True}):
+            for launch in record_decode_launches(SHAPES[shape], **opts):
+                launch.tags.append(f"{shape}+variants")
+                launches.append(launch)
     unique = unique_launches(launches)
     results = compile_all(unique, args.jobs, args.arch)
     summary = {

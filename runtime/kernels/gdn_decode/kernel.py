@@ -12,16 +12,31 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # programmatic dependent launch (Hopper): Triton >= 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # pragma: no cover
+    gdc_launch_dependents = gdc_wait = None
+    HAS_GDC = False
+
 
 @triton.jit
 def _gdn_decode_kernel(p_proj, p_state, p_ssm_a, p_dt_bias, p_norm_w, p_out, n_k_head, n_v_head, eps,
-                       DK: tl.constexpr, DV: tl.constexpr):
+                       DK: tl.constexpr, DV: tl.constexpr, PDL: tl.constexpr = False):
     i_v = tl.program_id(0)
     i_k = i_v % n_k_head  # tiled value-head -> key-head mapping (architecture §5.5)
     ck = n_k_head * DK
     cc = 2 * ck + n_v_head * DV
     kk = tl.arange(0, DK)
     vv = tl.arange(0, DV)
+    p_s = p_state + i_v.to(tl.int64) * DK * DV + kk[:, None] * DV + vv[None, :]
+    if PDL:  # the state is this layer's own (last written a token ago): load it while the in-projection finishes
+        gdc_launch_dependents()
+        s0 = tl.load(p_s)
+        gdc_wait()
+    else:
+        s0 = tl.load(p_s)
     q = tl.load(p_proj + i_k * DK + kk)
     k = tl.load(p_proj + ck + i_k * DK + kk)
     v = tl.load(p_proj + 2 * ck + i_v * DV + vv)
@@ -35,8 +50,7 @@ def _gdn_decode_kernel(p_proj, p_state, p_ssm_a, p_dt_bias, p_norm_w, p_out, n_k
     softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
     decay = tl.exp(tl.load(p_ssm_a + i_v) * softplus)  # ssm_a = -exp(A_log) <= 0
 
-    p_s = p_state + i_v.to(tl.int64) * DK * DV + kk[:, None] * DV + vv[None, :]
-    s = tl.load(p_s) * decay  # [DK, DV]
+    s = s0 * decay  # [DK, DV]
     delta = beta * (v - tl.sum(s * k[:, None], axis=0))
     s += k[:, None] * delta[None, :]
     tl.store(p_s, s)
@@ -98,12 +112,14 @@ def _gdn_gated_norm_kernel(p_out, p_ssq, p_proj, p_norm_w, n_k_head, n_v_head, e
 def gdn_decode_step(proj: torch.Tensor, state: torch.Tensor, ssm_a: torch.Tensor, dt_bias: torch.Tensor,
                     norm_weight: torch.Tensor, out: torch.Tensor, *, n_k_head: int, eps: float = 1e-6,
                     num_warps: int | None = None, block_v: int | None = None,
-                    ssq: torch.Tensor | None = None) -> torch.Tensor:
+                    ssq: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """One token through the recurrence of a GDN layer; updates `state` in place, writes `out` [Hv*dv].
 
     block_v (< dv, a power of two): split each head's dv columns over dv/block_v programs (more SMs
     busy: Hv is only 16-32) and finish the gated norm in a second small launch; `ssq` is an fp32
-    scratch of Hv*dv/block_v partial sums (allocated if not given; pass one for CUDA graphs)."""
+    scratch of Hv*dv/block_v partial sums (allocated if not given; pass one for CUDA graphs).
+    pdl (one-program-per-head path, CUDA): programmatic dependent launch, the state load overlapping
+    the previous kernel (the in-projection GEMV)."""
     if state.dim() != 3 or state.dtype != torch.float32 or not state.is_contiguous():
         raise ValueError(f"gdn_decode_step: state must be contiguous fp32 [Hv, dk, dv], got {tuple(state.shape)} {state.dtype}")
     hv, dk, dv = state.shape
@@ -133,6 +149,9 @@ def gdn_decode_step(proj: torch.Tensor, state: torch.Tensor, ssm_a: torch.Tensor
         return out
     if num_warps is None:
         num_warps = 1 if cpu else 8
+    pdl = bool(pdl) and not cpu
+    if pdl and not HAS_GDC:
+        raise ValueError(f"gdn_decode_step: pdl needs Triton >= 3.4 (gdc_wait), have {triton.__version__}")
     _gdn_decode_kernel[(hv,)](proj, state, ssm_a, dt_bias, norm_weight, out, n_k_head, hv, float(eps),
-                              DK=dk, DV=dv, num_warps=num_warps)
+                              DK=dk, DV=dv, PDL=pdl, num_warps=num_warps, **({"launch_pdl": True} if pdl else {}))
     return out
