@@ -363,7 +363,10 @@ def engine_variants(eng, model, max_ctx: int, args) -> dict:
     from runtime.triton.engine import TritonEngine
 
     out = {}
+    wanted = None if args.engine_variants in ("", "all") else set(args.engine_variants.split(","))
     for name, opts in engine_variant_options().items():
+        if wanted is not None and name not in wanted and name != "default":
+            continue
         e = eng if not opts else None
         try:
             if e is None:
@@ -491,6 +494,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--skip-variants", action="store_true", help="skip per-matrix GEMV tile timings")
     ap.add_argument("--skip-engine-variants", action="store_true", help="skip tg128 of the engine option variants")
+    ap.add_argument("--engine-variants", default="all",
+                    help="comma list of engine_variant_options() names to time (default all)")
     ap.add_argument("--skip-best", action="store_true")
     ap.add_argument("--no-hash", action="store_true")
     args = ap.parse_args(argv)
