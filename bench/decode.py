@@ -293,8 +293,8 @@ def _cfg_list(v, xx, ws, kw):
         v = AutoTile()
     if isinstance(v, AutoTile):
         a = (auto_config if v.version == 1 else auto_config_v2)(ws, xx.device, kw.get("swiglu", False))
-        return [f"auto-v{v.version}", a.block_n, a.block_b, a.num_warps, v.q6]
-    return [v.block_n, v.block_b, v.num_warps, v.q6]
+        return [f"auto-v{v.version}", a.block_n, a.block_b, a.num_warps, v.q6, v.pdl, v.acc]
+    return [v.block_n, v.block_b, v.num_warps, v.q6, v.pdl, v.acc]
 
 
 def gemv_variants(eng) -> dict:
@@ -318,7 +318,8 @@ def gemv_variants(eng) -> dict:
     }
     from runtime.kernels.gemv import AutoTile
 
-    variants = [AutoTile(1), AutoTile(2), AutoTile(2, q6=2), GemvConfig(8, 2, 4, 2), GemvConfig(8, 4, 8, 2)] + [
+    variants = [AutoTile(1, acc=1), AutoTile(1), AutoTile(2, acc=1), AutoTile(2), AutoTile(2, q6=2),
+                GemvConfig(8, 2, 4, 2), GemvConfig(8, 4, 8, 2)] + [
         GemvConfig(bn, bb, nw_) for bn, bb, nw_ in (
             (1, 4, 2), (1, 16, 4), (2, 2, 2), (2, 8, 4), (2, 16, 8), (4, 2, 2), (4, 4, 4), (4, 8, 8), (4, 16, 8),
             (8, 1, 4), (8, 2, 4), (8, 2, 8), (8, 4, 8), (16, 1, 4), (16, 2, 8))]
@@ -348,6 +349,8 @@ def engine_variant_options() -> dict:
     return {
         "default": {},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},
+        "gemv_step_reduce": {"gemv_config": AutoTile(2, acc=1)},
+        "gemv_before_this_branch": {"gemv_config": AutoTile(1, acc=1)},
         "gemv_q6_qh_once": {"gemv_config": AutoTile(2, q6=2)},
         "gemv_pdl": {"gemv_config": AutoTile(2, pdl=True)},
         "gemv_pdl_q6_qh_once": {"gemv_config": AutoTile(2, q6=2, pdl=True)},

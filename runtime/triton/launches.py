@@ -251,7 +251,8 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for opts in ({"gemv_config": AutoTile(2, q6=2, pdl=True), "gdn_block_v": 32}, {"gdn_pdl": True}):
+        for opts in ({"gemv_config": AutoTile(2, q6=2, pdl=True), "gdn_block_v": 32}, {"gdn_pdl": True},
+                     {"gemv_config": AutoTile(1, acc=1)}):
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)

@@ -86,8 +86,12 @@ def _k4_scale_min(p_w, base, j):
 
 @triton.jit
 def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-              NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr):
-    """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm)."""
+              NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, ACC: tl.constexpr):
+    """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm).
+
+    ACC (block types): 1 = reduce each step's products to per-group sums, then scale; 2 = scale per
+    element and accumulate a [BN, groups, lanes] tile, reduced once after the loop (no cross-lane
+    shuffles inside the loop: 139 shuffles per thread per step in the 0.8B LM head with ACC=1)."""
     acc = tl.zeros([BN], dtype=tl.float32)
     ss = tl.zeros([1], dtype=tl.float32)
     if QT == 4 or QT == 5:  # Q4_K (144 B) / Q5_K (176 B): 8 sub-blocks of 32, as 4 groups of lo/hi nibbles
@@ -97,6 +101,8 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         m = tl.arange(0, BB * 4)
         c = m % 4
         li = tl.arange(0, 32)
+        acc3 = tl.zeros([BN, BB * 4, 32], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 4, 32], dtype=tl.float32)
         for b0 in range(0, K // 256, BB):
             blk_x = b0 + m // 4  # [BB*4]
             blk = blk_x
@@ -107,24 +113,34 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
             xo = (blk_x * 256 + c * 64)[:, None] + li[None, :]  # [BB*4, 32]
             x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
             x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
-            if NORM:
-                ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
             q_lo = q & 15
             q_hi = q >> 4
             if QT == 5:
                 qh = tl.load(p_w + base[:, :, None] + 16 + li[None, None, :]).to(tl.int32)
                 q_lo += ((qh >> (2 * c)[None, :, None]) & 1) << 4
                 q_hi += ((qh >> (2 * c + 1)[None, :, None]) & 1) << 4
-            s_lo = tl.sum(_small_int_to_f32(q_lo) * xe_lo[None, :, :], axis=2)  # [BN, BB*4]
-            s_hi = tl.sum(_small_int_to_f32(q_hi) * xe_hi[None, :, :], axis=2)
-            xs_lo = tl.sum(xe_lo, axis=1)[None, :]
-            xs_hi = tl.sum(xe_hi, axis=1)[None, :]
             sc_lo, mn_lo = _k4_scale_min(p_w, base, 2 * c)
             sc_hi, mn_hi = _k4_scale_min(p_w, base, 2 * c + 1)
             d = tl.load(p_h + base // 2).to(tl.float32)
             dmin = tl.load(p_h + base // 2 + 1).to(tl.float32)
-            part = d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (mn_lo * xs_lo + mn_hi * xs_hi)
-            acc += tl.sum(part, axis=1)
+            if ACC == 2:
+                if NORM:
+                    ss3 += x_lo * x_lo + x_hi * x_hi
+                w_lo = _small_int_to_f32(q_lo) * (d * sc_lo)[:, :, None] - (dmin * mn_lo)[:, :, None]
+                w_hi = _small_int_to_f32(q_hi) * (d * sc_hi)[:, :, None] - (dmin * mn_hi)[:, :, None]
+                acc3 += w_lo * xe_lo[None, :, :] + w_hi * xe_hi[None, :, :]
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
+                s_lo = tl.sum(_small_int_to_f32(q_lo) * xe_lo[None, :, :], axis=2)  # [BN, BB*4]
+                s_hi = tl.sum(_small_int_to_f32(q_hi) * xe_hi[None, :, :], axis=2)
+                xs_lo = tl.sum(xe_lo, axis=1)[None, :]
+                xs_hi = tl.sum(xe_hi, axis=1)[None, :]
+                part = d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (mn_lo * xs_lo + mn_hi * xs_hi)
+                acc += tl.sum(part, axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
     elif QT == 6 and Q6 == 1:  # Q6_K (210 B): 16 sub-blocks of 16; group mm = 4n + 2h + s covers ql[16mm : 16mm+16]
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
@@ -134,6 +150,8 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         h = (mm // 2) % 2
         s = mm % 2
         li = tl.arange(0, 16)
+        acc3 = tl.zeros([BN, BB * 8, 16], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 8, 16], dtype=tl.float32)
         for b0 in range(0, K // 256, BB):
             blk_x = b0 + m // 8
             blk = blk_x
@@ -148,15 +166,24 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
             xo = (blk_x * 256 + 128 * n + 32 * h + 16 * s)[:, None] + li[None, :]  # [BB*8, 16]
             x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
             x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
-            if NORM:
-                ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
-            s_lo = tl.sum(_small_int_to_f32(q_lo, 32) * xe_lo[None, :, :], axis=2)
-            s_hi = tl.sum(_small_int_to_f32(q_hi, 32) * xe_hi[None, :, :], axis=2)
             sidx = (8 * n + 2 * h + s)[None, :]
             sc_lo = tl.load(p_i8 + base + 192 + sidx).to(tl.float32)
             sc_hi = tl.load(p_i8 + base + 196 + sidx).to(tl.float32)
             d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
-            acc += tl.sum(d * (sc_lo * s_lo + sc_hi * s_hi), axis=1)
+            if ACC == 2:
+                if NORM:
+                    ss3 += x_lo * x_lo + x_hi * x_hi
+                acc3 += (_small_int_to_f32(q_lo, 32) * (d * sc_lo)[:, :, None] * xe_lo[None, :, :]
+                         + _small_int_to_f32(q_hi, 32) * (d * sc_hi)[:, :, None] * xe_hi[None, :, :])
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
+                s_lo = tl.sum(_small_int_to_f32(q_lo, 32) * xe_lo[None, :, :], axis=2)
+                s_hi = tl.sum(_small_int_to_f32(q_hi, 32) * xe_hi[None, :, :], axis=2)
+                acc += tl.sum(d * (sc_lo * s_lo + sc_hi * s_hi), axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
     elif QT == 6:  # Q6 == 2. Q6_K (210 B): per 128-half n and l = 16s + li (0..31), the bytes ql[64n + l],
         # ql[64n + 32 + l] and qh[32n + l] give elements 128n + 32j + l, j = 0..3 (lo/hi nibbles of the
         # two ql runs, 2-bit pairs of qh): each byte is loaded once (160 of the 192 quant bytes before)
@@ -166,6 +193,8 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         n = (m % 4) // 2
         s = m % 2
         li = tl.arange(0, 16)
+        acc3 = tl.zeros([BN, BB * 4, 16], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 4, 16], dtype=tl.float32)
         for b0 in range(0, K // 256, BB):
             blk_x = b0 + m // 4
             blk = blk_x
@@ -181,19 +210,32 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
             x1, xe1 = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
             x2, xe2 = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
             x3, xe3 = _x_pair(p_x, p_nw, xo + 96, K, NORM, KMASK)
-            if NORM:
-                ss += tl.sum(tl.sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3, axis=1), axis=0)
-            s0 = tl.sum(_small_int_to_f32((ql_a & 15) | ((qh & 3) << 4), 32) * xe0[None, :, :], axis=2)
-            s1 = tl.sum(_small_int_to_f32((ql_b & 15) | ((qh & 12) << 2), 32) * xe1[None, :, :], axis=2)
-            s2 = tl.sum(_small_int_to_f32((ql_a >> 4) | (qh & 48), 32) * xe2[None, :, :], axis=2)
-            s3 = tl.sum(_small_int_to_f32((ql_b >> 4) | ((qh >> 2) & 48), 32) * xe3[None, :, :], axis=2)
+            q0 = _small_int_to_f32((ql_a & 15) | ((qh & 3) << 4), 32)
+            q1 = _small_int_to_f32((ql_b & 15) | ((qh & 12) << 2), 32)
+            q2 = _small_int_to_f32((ql_a >> 4) | (qh & 48), 32)
+            q3 = _small_int_to_f32((ql_b >> 4) | ((qh >> 2) & 48), 32)
             p_sc = p_i8 + base + 192 + (8 * n + s)[None, :]  # 16-element sub-block 8n + 2j + s
             sc0 = tl.load(p_sc).to(tl.float32)
             sc1 = tl.load(p_sc + 2).to(tl.float32)
             sc2 = tl.load(p_sc + 4).to(tl.float32)
             sc3 = tl.load(p_sc + 6).to(tl.float32)
             d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
-            acc += tl.sum(d * (sc0 * s0 + sc1 * s1 + sc2 * s2 + sc3 * s3), axis=1)
+            if ACC == 2:
+                if NORM:
+                    ss3 += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+                acc3 += (q0 * (d * sc0)[:, :, None] * xe0[None, :, :] + q1 * (d * sc1)[:, :, None] * xe1[None, :, :]
+                         + q2 * (d * sc2)[:, :, None] * xe2[None, :, :] + q3 * (d * sc3)[:, :, None] * xe3[None, :, :])
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3, axis=1), axis=0)
+                s0 = tl.sum(q0 * xe0[None, :, :], axis=2)
+                s1 = tl.sum(q1 * xe1[None, :, :], axis=2)
+                s2 = tl.sum(q2 * xe2[None, :, :], axis=2)
+                s3 = tl.sum(q3 * xe3[None, :, :], axis=2)
+                acc += tl.sum(d * (sc0 * s0 + sc1 * s1 + sc2 * s2 + sc3 * s3), axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
     elif QT == 3:  # Q8_0 (34 B): f16 d, 32 int8
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
@@ -240,7 +282,8 @@ def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexp
 @triton.jit
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
-             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr):
+             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
+             ACC: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
@@ -248,7 +291,7 @@ def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res
         gdc_launch_dependents()
         _l2_prefetch_rows(p_w, row_bytes, rows, QT, LINES)
         gdc_wait()
-    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6)
+    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6, ACC)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
     if EPI == 1:
@@ -272,6 +315,7 @@ def _gemv_kernel(
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
     KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -284,8 +328,8 @@ def _gemv_kernel(
             _l2_prefetch_rows(p_w0, rb0, rows, QT0, LINES)
             _l2_prefetch_rows(p_w1, rb1, rows, QT1, LINES)
             gdc_wait()
-        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6)
-        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6)
+        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6, ACC)
+        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6, ACC)
         if NORM:
             r = tl.rsqrt(ss / K + eps)
             g = g * r
@@ -294,21 +338,21 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
+                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
+                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
 
 
 @dataclass(frozen=True)
@@ -322,6 +366,7 @@ class GemvConfig:
     num_warps: int = 4
     q6: int = 1  # Q6_K unpacking: 1 = 8 groups of 16 (qh read twice), 2 = qh read once (4 outputs per byte)
     pdl: bool = False  # programmatic dependent launch + L2 prefetch of the weights before waiting (sm_90)
+    acc: int = 2  # 2 = per-element scaled accumulator reduced after the K loop; 1 = reduce every step
 
 
 @dataclass(frozen=True)
@@ -332,6 +377,7 @@ class AutoTile:
     version: int = 2
     q6: int = 1  # as GemvConfig.q6
     pdl: bool = False  # as GemvConfig.pdl
+    acc: int = 2  # as GemvConfig.acc
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -423,7 +469,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
             config = INTERPRETER_CONFIG
         else:
             tile = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
-            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6, config.pdl)
+            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6, config.pdl, config.acc)
     cfg = config
     bn = cfg.block_n
     bb = cfg.block_b
@@ -455,7 +501,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
         **({"launch_pdl": True} if pdl else {}),
     )
     return out
