@@ -179,6 +179,8 @@ def kernel_functions() -> dict[str, Any]:
 
     jits: dict[str, Any] = {}
     for mod in pkgutil.iter_modules(kernels.__path__):
+        if not mod.ispkg:  # shared @triton.jit helpers (tl_utils) hold no launchable kernel
+            continue
         m = importlib.import_module(f"{kernels.__name__}.{mod.name}.kernel")
         jits.update({name: obj for name, obj in vars(m).items() if isinstance(obj, JITFunction)})
     sources = {name: inspect.getsource(f.fn) for name, f in jits.items()}

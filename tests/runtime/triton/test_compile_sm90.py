@@ -15,6 +15,22 @@ REPO = Path(__file__).resolve().parents[3]
 SHAPES = "0.8b,9b"
 
 
+PREFILL_ONLY_PACKAGES = ["attn_prep", "flash_attn", "gated_norm", "gdn_chunk", "gdn_conv", "qgemm", "rmsnorm"]
+
+
+def _prefill_only_kernels() -> set[str]:
+    """Kernels of the prefill path, which the decode step rightly never launches."""
+    import importlib
+
+    from triton.runtime.jit import JITFunction
+
+    names = set()
+    for pkg in PREFILL_ONLY_PACKAGES:
+        mod = importlib.import_module(f"runtime.kernels.{pkg}.kernel")
+        names |= {n for n, obj in vars(mod).items() if isinstance(obj, JITFunction)}
+    return names
+
+
 @pytest.mark.slow
 def test_decode_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -27,7 +43,7 @@ def test_decode_kernels_compile_for_sm90():
     failed = [c for c in summary["compiled"] if c["error"]]
     assert not failed, "\n\n".join(f"{c['kernel']} {c['constexprs']} {c['options']}:\n{c['error']}" for c in failed)
     assert r.returncode == 0, r.stderr[-3000:]
-    missing = set(summary["kernels_defined"]) - set(summary["kernels_launched"])
+    missing = set(summary["kernels_defined"]) - set(summary["kernels_launched"]) - _prefill_only_kernels()
     assert not missing, f"kernels the decode step never launches (not compile-checked): {sorted(missing)}"
     for shape in SHAPES.split(","):
         assert any(shape in c["shapes"] for c in summary["compiled"]), shape
