@@ -22,12 +22,13 @@ def _prefill_only_kernels() -> set[str]:
     """Kernels of the prefill path, which the decode step rightly never launches."""
     import importlib
 
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     names = set()
     for pkg in PREFILL_ONLY_PACKAGES:
         mod = importlib.import_module(f"runtime.kernels.{pkg}.kernel")
-        names |= {n for n, obj in vars(mod).items() if isinstance(obj, JITFunction)}
+        names |= {n for n, obj in vars(mod).items() if isinstance(obj, (JITFunction, InterpretedFunction))}
     return names
 
 
