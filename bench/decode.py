@@ -356,6 +356,7 @@ def engine_variant_options() -> dict:
         "gemv_pdl_q6_qh_once": {"gemv_config": AutoTile(2, q6=2, pdl=True)},
         "gdn_pdl": {"gdn_pdl": True},
         "gemv_pdl+gdn_pdl": {"gemv_config": AutoTile(2, pdl=True), "gdn_pdl": True},
+        "all_pdl": {"gemv_config": AutoTile(2, pdl=True), "pdl": True},
         "gdn_split_bv64": {"gdn_block_v": 64},
         "gdn_split_bv32": {"gdn_block_v": 32},
         "gdn_split_bv16": {"gdn_block_v": 16},

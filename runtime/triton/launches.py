@@ -171,6 +171,7 @@ def launched_kernels(launches: list[Launch]) -> set[str]:
 def kernel_functions() -> dict[str, Any]:
     """Every top-level @triton.jit kernel of runtime/kernels (helpers called by other kernels excluded)."""
     import importlib
+    import importlib.util
     import pkgutil
 
     from triton.runtime.jit import JITFunction
@@ -179,6 +180,8 @@ def kernel_functions() -> dict[str, Any]:
 
     jits: dict[str, Any] = {}
     for mod in pkgutil.iter_modules(kernels.__path__):
+        if importlib.util.find_spec(f"{kernels.__name__}.{mod.name}.kernel") is None:
+            continue  # a helper package (pdl), no kernels
         m = importlib.import_module(f"{kernels.__name__}.{mod.name}.kernel")
         jits.update({name: obj for name, obj in vars(m).items() if isinstance(obj, JITFunction)})
     sources = {name: inspect.getsource(f.fn) for name, f in jits.items()}
@@ -252,7 +255,7 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32}, {"gdn_pdl": True}):
+        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True}):
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)

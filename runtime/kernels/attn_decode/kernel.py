@@ -14,12 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
+
 LOG2E = 1.4426950408889634
 
 
 @triton.jit
 def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_head, eps, log2_base,
-                      DH: tl.constexpr, ROPE: tl.constexpr):
+                      DH: tl.constexpr, ROPE: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # everything below reads the q/k/v projection the previous kernel wrote
+        gdc_launch_dependents()
+        gdc_wait()
     i_h = tl.program_id(0)
     pos = tl.load(p_pos)
     d = tl.arange(0, DH)
@@ -51,7 +56,10 @@ def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_h
 @triton.jit
 def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_scale_log2,
                          G: tl.constexpr, GP: tl.constexpr, DH: tl.constexpr, BT: tl.constexpr,
-                         NSPLIT: tl.constexpr):
+                         NSPLIT: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     i_kv = tl.program_id(0)
     i_s = tl.program_id(1)
     n_tok = tl.load(p_pos) + 1  # the current token is already appended
@@ -89,7 +97,11 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
 
 
 @triton.jit
-def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr):
+def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     i_h = tl.program_id(0)
     s = tl.arange(0, NSPLIT)
     d = tl.arange(0, DH)
@@ -122,7 +134,7 @@ def default_n_split(max_context: int, n_kv_head: int, n_sm: int = 132) -> int:
 
 def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: AttnWorkspace, *, n_head: int,
                      n_kv_head: int, head_dim: int, rope_dims: int, rope_base: float, eps: float = 1e-6,
-                     block_t: int = 64, num_warps: int | None = None) -> torch.Tensor:
+                     block_t: int = 64, num_warps: int | None = None, pdl: bool = False) -> torch.Tensor:
     """Gated attention output [Hq*Dh] for the token at device position `pos` (int32 [1]); appends K/V."""
     dh = head_dim
     need = 2 * n_head * dh + 2 * n_kv_head * dh
@@ -139,10 +151,13 @@ def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: A
     g = n_head // n_kv_head
     cpu = proj.device.type == "cpu"
     nw = num_warps or (1 if cpu else 4)
+    pdl, pkw = pdl_launch(pdl, proj.device, "attention_decode")
     _attn_prep_kernel[(n_head + n_kv_head,)](proj, q_norm_w, k_norm_w, pos, ws.q, k_cache, v_cache, n_head, n_kv_head,
-                                             float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, num_warps=nw)
+                                             float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, PDL=pdl,
+                                             num_warps=nw, **pkw)
     _attn_partial_kernel[(n_kv_head, ws.n_split)](
         ws.q, k_cache, v_cache, pos, ws.m, ws.l, ws.acc, n_kv_head, LOG2E / math.sqrt(dh),
-        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, num_warps=nw)
-    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split, num_warps=nw)
+        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw, **pkw)
+    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw,
+                                    **pkw)
     return out
