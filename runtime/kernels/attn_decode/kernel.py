@@ -98,21 +98,28 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
 
 @triton.jit
 def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr,
-                         PDL: tl.constexpr = False):
+                         SB: tl.constexpr, PDL: tl.constexpr = False):
+    """Merge the splits of head i_h, SB splits at a time (a [NSPLIT, DH] tile at once spilled at
+    NSPLIT=128: 255 registers + spills at the 0.8B shape), then apply the output gate."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
     i_h = tl.program_id(0)
-    s = tl.arange(0, NSPLIT)
     d = tl.arange(0, DH)
-    m = tl.load(p_m + i_h * NSPLIT + s)
-    l = tl.load(p_l + i_h * NSPLIT + s)
-    m_all = tl.max(m, axis=0)
-    w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_all))  # empty splits weigh nothing
-    acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :], mask=(m > float("-inf"))[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    m_all = tl.max(tl.load(p_m + i_h * NSPLIT + tl.arange(0, NSPLIT)), axis=0)
+    o = tl.zeros([DH], tl.float32)
+    den = tl.zeros([1], tl.float32)
+    for s0 in tl.static_range(0, NSPLIT, SB):
+        s = s0 + tl.arange(0, SB)
+        m = tl.load(p_m + i_h * NSPLIT + s)
+        l = tl.load(p_l + i_h * NSPLIT + s)
+        valid = m > float("-inf")
+        w = tl.where(valid, tl.exp2(m - m_all), 0.0)  # empty splits weigh nothing (and their acc is not read)
+        acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :], mask=valid[:, None], other=0.0)
+        o += tl.sum(acc * w[:, None], axis=0)
+        den += tl.sum(l * w, axis=0)
     z = tl.load(p_proj + i_h * 2 * DH + DH + d)  # the head's output-gate logits
-    tl.store(p_out + i_h * DH + d, o / (1.0 + tl.exp(-z)))
+    tl.store(p_out + i_h * DH + d, o / den / (1.0 + tl.exp(-z)))
 
 
 class AttnWorkspace:
@@ -158,6 +165,6 @@ def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: A
     _attn_partial_kernel[(n_kv_head, ws.n_split)](
         ws.q, k_cache, v_cache, pos, ws.m, ws.l, ws.acc, n_kv_head, LOG2E / math.sqrt(dh),
         G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw, **pkw)
-    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw,
-                                    **pkw)
+    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split,
+                                    SB=min(ws.n_split, 16), PDL=pdl, num_warps=nw, **pkw)
     return out
