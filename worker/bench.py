@@ -1,0 +1,156 @@
+"""Speed gates: interleaved (ABBA) timed requests to two live revision processes.
+
+Per decode gate and rep: untimed-for-this-gate `prefill(prompt[:N])`, then `generate_greedy(M)`
+timed → M / seconds. Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
+Each rep uses a fresh prompt (same one for base and head), so caching answers cannot help; the
+emitted ids are kept for the output check against the trusted reference.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import ModelSpec, ProfileSettings, gate_name
+from .faults import infra
+from .harness.client import RevisionProcess
+from .records import InfraKind
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    name: str
+    metric: str  # decode_tok_s | prefill_tok_s
+    context: int
+    tokens: int  # tokens per timed request
+
+
+def gate_specs(model: ModelSpec, profile: ProfileSettings) -> list[GateSpec]:
+    return [GateSpec(gate_name("decode_tok_s", c), "decode_tok_s", c, profile.decode_tokens)
+            for c in model.decode_contexts] + [
+        GateSpec(gate_name("prefill_tok_s", c), "prefill_tok_s", c, c) for c in model.prefill_contexts]
+
+
+def prompt_ids(vocab: int, n: int, *parts) -> list[int]:
+    """Deterministic random prompt for (parts...), e.g. (model sha, gate, sweep, rep)."""
+    h = hashlib.sha256(repr(parts).encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(h[:8], "little"))
+    return rng.integers(0, vocab, size=n).tolist()
+
+
+@dataclass
+class Sample:
+    role: str
+    gate: str
+    rep: int
+    prompt_key: str
+    value: float  # tok/s, from the parent's clock
+    seconds: float
+    ids: list[int] | None = None  # decode: emitted ids
+    argmax: int | None = None  # prefill: argmax of the last logits
+
+
+@dataclass
+class Sweep:
+    gates: list[GateSpec]
+    prompts: dict[str, list[int]] = field(default_factory=dict)
+    samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
+    checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
+
+    def values(self, role: str, gate: str) -> list[float]:
+        return [s.value for s in self.samples.get((role, gate), [])]
+
+
+def _check_logits(summary: dict, role: str, what: str) -> None:
+    if not summary.get("finite"):
+        raise infra(InfraKind.NAN_METRIC, f"{role}: {what} returned non-finite logits; nothing to measure")
+    if not summary.get("nonzero") or not summary.get("spread"):
+        raise infra(InfraKind.ZERO_METRIC, f"{role}: {what} returned all-zero/constant logits; nothing to measure")
+
+
+def _measure(proc: RevisionProcess, gate: GateSpec, key: str, timeout: float, phase: str) -> tuple[float, Sample]:
+    if gate.metric == "prefill_tok_s":
+        resp, secs = proc.request("prefill", key=key, phase=phase, timeout=timeout)
+        _check_logits(resp, proc.role, f"prefill@{gate.context}")
+        return secs, Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, argmax=resp["argmax"])
+    resp, _ = proc.request("prefill", key=key, phase=phase, timeout=timeout)
+    _check_logits(resp, proc.role, f"prefill@{gate.context}")
+    resp, secs = proc.request("generate", n=gate.tokens, phase=phase, timeout=timeout)
+    return secs, Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, ids=resp["ids"])
+
+
+def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
+              pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
+              on_step=None) -> Sweep:
+    """Warm up, then `pairs` ABBA rounds over every gate; returns the parent-timed samples.
+
+    One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
+    is robust to bursts of load from other processes; every one of them is output-checked).
+    """
+    sweep = Sweep(gates)
+    roles = ("base", "head")
+
+    def key(g, rep, i):
+        return f"{g.name}:{sweep_id}:{rep}:{i}"
+
+    for g in gates:
+        for rep in range(-warmup, pairs):
+            for i in range(inner):
+                k = key(g, rep, i)
+                sweep.prompts[k] = prompt_ids(vocab, g.context, model_sha, g.name, sweep_id, rep, i)
+                for r in roles:
+                    procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
+    for rep in range(-warmup, 0):
+        for g in gates:
+            for r in roles:
+                for i in range(inner):
+                    _measure(procs[r], g, key(g, rep, i), timeout, "warmup")
+    for rep in range(pairs):
+        order = roles if rep % 2 == 0 else roles[::-1]  # ABBA: A B | B A | A B ...
+        for g in gates:
+            for r in order:
+                runs = [_measure(procs[r], g, key(g, rep, i), timeout, "measure")[1] for i in range(inner)]
+                for s in runs:
+                    s.rep = rep
+                best = max(runs, key=lambda s: s.value)
+                sweep.samples.setdefault((r, g.name), []).append(best)
+                sweep.checked.setdefault((r, g.name), []).extend(runs)
+            if on_step:
+                on_step()
+    return sweep
+
+
+@dataclass
+class OutputCheck:
+    agree: float | None
+    checked_tokens: int
+    reason: str | None = None
+
+
+def verify_outputs(sweep: Sweep, role: str, gate: GateSpec, reference: RevisionProcess, *, timeout: float,
+                   tie_tol: float, reps: list[int] | None = None, cache: dict | None = None) -> OutputCheck:
+    """Teacher-forced agreement of the timed outputs with the trusted reference.
+
+    An emitted id agrees when the reference's logit for it is within `tie_tol` of the reference's
+    max (so a near-tie broken the other way by a different but valid summation order passes).
+    """
+    cache = {} if cache is None else cache
+    hits = total = 0
+    for s in sweep.checked.get((role, gate.name), []):
+        if reps is not None and s.rep not in reps:
+            continue
+        emitted = s.ids if s.ids is not None else [s.argmax]
+        ck = (s.prompt_key, tuple(emitted))
+        if ck not in cache:
+            if ("staged", s.prompt_key) not in cache:
+                reference.request("stage", key=s.prompt_key, ids=sweep.prompts[s.prompt_key], phase="verify",
+                                  timeout=timeout)
+                cache[("staged", s.prompt_key)] = True
+            resp, _ = reference.request("teacher", key=s.prompt_key, emitted=emitted, phase="verify", timeout=timeout)
+            cache[ck] = sum(1 for chosen, mx, _ in resp["rows"] if chosen >= mx - tie_tol * max(1.0, abs(mx)))
+        hits += cache[ck]
+        total += len(emitted)
+    if total == 0:
+        return OutputCheck(None, 0, "no outputs to check")
+    return OutputCheck(hits / total, total)
