@@ -107,15 +107,17 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 for i in range(inner):
                     _measure(procs[r], g, key(g, rep, i), timeout, "warmup")
     for rep in range(pairs):
-        order = roles if rep % 2 == 0 else roles[::-1]  # ABBA: A B | B A | A B ...
         for g in gates:
-            for r in order:
-                runs = [_measure(procs[r], g, key(g, rep, i), timeout, "measure")[1] for i in range(inner)]
-                for s in runs:
+            runs = {r: [] for r in roles}
+            for i in range(inner):  # A B B A A B ...: both sides' runs stay close in time
+                order = roles if (rep * inner + i) % 2 == 0 else roles[::-1]
+                for r in order:
+                    s = _measure(procs[r], g, key(g, rep, i), timeout, "measure")[1]
                     s.rep = rep
-                best = max(runs, key=lambda s: s.value)
-                sweep.samples.setdefault((r, g.name), []).append(best)
-                sweep.checked.setdefault((r, g.name), []).extend(runs)
+                    runs[r].append(s)
+            for r in roles:
+                sweep.samples.setdefault((r, g.name), []).append(max(runs[r], key=lambda s: s.value))
+                sweep.checked.setdefault((r, g.name), []).extend(runs[r])
             if on_step:
                 on_step()
     return sweep

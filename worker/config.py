@@ -5,6 +5,7 @@ plain data with each job, so the GPU side never reads the bot's environment or s
 """
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -62,6 +63,9 @@ class ProfileSettings(BaseModel):
     load_timeout_s: float = 300.0
     request_timeout_s: float = 120.0
     eval_timeout_s: float = 1800.0
+    # CPU affinity of the revision processes: "last" = one core (the last one this worker may use),
+    # shared by base and head so both meet the same contention; "all" = no pinning; or a list.
+    cpus: Literal["last", "all"] | list[int] = "last"
     memory_limit_bytes: int | None = 16 << 30  # address-space limit (CPU only; CUDA maps huge VA)
 
     @model_validator(mode="after")
@@ -71,6 +75,17 @@ class ProfileSettings(BaseModel):
         if not any(m.role == "primary" for m in self.models):
             raise ValueError("a profile needs a primary model")
         return self
+
+    def cpu_set(self) -> set[int] | None:
+        allowed = sorted(os.sched_getaffinity(0))
+        if self.cpus == "all":
+            return None
+        if self.cpus == "last":
+            return {allowed[-1]}
+        bad = set(self.cpus) - set(allowed)
+        if bad:
+            raise ValueError(f"cpus {sorted(bad)} are not available to this worker (allowed: {allowed})")
+        return set(self.cpus)
 
     def max_context(self, model: ModelSpec) -> int:
         return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len]) + self.decode_tokens + 8
@@ -104,6 +119,7 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
     "standard": ProfileSettings(
         device="cuda",
         memory_limit_bytes=None,
+        cpus="all",
         models=[
             _real("0.8b", "q4_k_m", "primary", decode_contexts=[128, 512, 4096], prefill_contexts=[512, 4096]),
             _real("4b", "q4_k_m", "guard", decode_contexts=[512]),
@@ -119,6 +135,7 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
     "full": ProfileSettings(
         device="cuda",
         memory_limit_bytes=None,
+        cpus="all",
         models=[
             _real(
                 "4b", "q4_k_m", "primary",

@@ -157,7 +157,7 @@ class Evaluation:
         hide = [] if str(sys.prefix).startswith(str(Path.home())) else [Path.home()]
         common = dict(gpu=p.device.startswith("cuda"),
                       memory_limit_bytes=None if p.device.startswith("cuda") else p.memory_limit_bytes,
-                      hide=hide, read_only=[model_path.parent], secrets=self.secrets,
+                      cpus=p.cpu_set(), hide=hide, read_only=[model_path.parent], secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
         base_dir = self.workdir / "proc" / spec.name
         return {

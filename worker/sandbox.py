@@ -81,6 +81,7 @@ class SandboxSpec:
     hide: list[Path] = field(default_factory=list)  # replaced by empty tmpfs (home, secrets)
     gpu: bool = False
     memory_limit_bytes: int | None = None
+    cpus: set[int] | None = None  # CPU affinity; base and head share it so they meet the same contention
     env_extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -101,8 +102,10 @@ def wrap_argv(argv: list[str], spec: SandboxSpec, iso: Isolation) -> list[str]:
     return argv
 
 
-def _limits(memory_limit_bytes: int | None):
+def _limits(memory_limit_bytes: int | None, cpus: set[int] | None):
     def apply():
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if memory_limit_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
@@ -118,7 +121,7 @@ def spawn(argv: list[str], spec: SandboxSpec, *, pass_fds=(), stdin=subprocess.P
         return subprocess.Popen(
             wrap_argv(argv, spec, iso), stdin=stdin, stdout=subprocess.DEVNULL, stderr=log,
             env=scrubbed_env(spec.scratch, spec.env_extra), cwd=str(spec.scratch), pass_fds=pass_fds,
-            start_new_session=True, preexec_fn=_limits(spec.memory_limit_bytes), close_fds=True,
+            start_new_session=True, preexec_fn=_limits(spec.memory_limit_bytes, spec.cpus), close_fds=True,
         )
     finally:
         log.close()

@@ -47,6 +47,7 @@ class RevisionProcess:
     workdir: Path
     gpu: bool = False
     memory_limit_bytes: int | None = None
+    cpus: set[int] | None = None
     hide: list[Path] = field(default_factory=list)
     read_only: list[Path] = field(default_factory=list)
     env_extra: dict[str, str] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class RevisionProcess:
         r, w = os.pipe()
         spec = sandbox.SandboxSpec(
             scratch=self.scratch, read_only=[self.root, driver_dir, *self.read_only], hide=self.hide,
-            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, env_extra=self.env_extra)
+            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus, env_extra=self.env_extra)
         argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w)]
         try:
             self.proc = sandbox.spawn(argv, spec, pass_fds=(w,), log_path=self.log_path)
