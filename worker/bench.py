@@ -14,7 +14,7 @@ import numpy as np
 
 from .config import ModelSpec, ProfileSettings, gate_name
 from .faults import infra
-from .harness.client import RevisionProcess
+from .harness.client import RevisionFault, RevisionProcess
 from .records import InfraKind
 
 
@@ -46,7 +46,8 @@ class Sample:
     rep: int
     prompt_key: str
     value: float  # tok/s, from the parent's clock
-    seconds: float
+    seconds: float  # by the gate's clock
+    wall_seconds: float | None = None
     ids: list[int] | None = None  # decode: emitted ids
     argmax: int | None = None  # prefill: argmax of the last logits
 
@@ -57,6 +58,7 @@ class Sweep:
     prompts: dict[str, list[int]] = field(default_factory=dict)
     samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
     checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
+    idle_cpu_s: dict[str, float] = field(default_factory=dict)
 
     def values(self, role: str, gate: str) -> list[float]:
         return [s.value for s in self.samples.get((role, gate), [])]
@@ -69,20 +71,28 @@ def _check_logits(summary: dict, role: str, what: str) -> None:
         raise infra(InfraKind.ZERO_METRIC, f"{role}: {what} returned all-zero/constant logits; nothing to measure")
 
 
-def _measure(proc: RevisionProcess, gate: GateSpec, key: str, timeout: float, phase: str) -> tuple[float, Sample]:
+def _measure(proc: RevisionProcess, gate: GateSpec, key: str, timeout: float, phase: str,
+             clock: str = "wall") -> tuple[float, Sample]:
+    """One timed request; `clock` "wall" = parent perf_counter, "oncpu" = the tree's on-CPU time."""
+    def sample(wall: float, **kw) -> Sample:
+        secs = wall if clock == "wall" else proc.last_oncpu_s
+        if secs is None or not secs > 0:
+            raise infra(InfraKind.MISSING_METRIC, f"{proc.role} {gate.name}: {clock} clock gave {secs!r}")
+        return Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, wall_seconds=wall, **kw)
+
     if gate.metric == "prefill_tok_s":
-        resp, secs = proc.request("prefill", key=key, phase=phase, timeout=timeout)
+        resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
         _check_logits(resp, proc.role, f"prefill@{gate.context}")
-        return secs, Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, argmax=resp["argmax"])
+        return wall, sample(wall, argmax=resp["argmax"])
     resp, _ = proc.request("prefill", key=key, phase=phase, timeout=timeout)
     _check_logits(resp, proc.role, f"prefill@{gate.context}")
-    resp, secs = proc.request("generate", n=gate.tokens, phase=phase, timeout=timeout)
-    return secs, Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, ids=resp["ids"])
+    resp, wall = proc.request("generate", n=gate.tokens, phase=phase, timeout=timeout)
+    return wall, sample(wall, ids=resp["ids"])
 
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
-              on_step=None) -> Sweep:
+              clock: str = "wall", on_step=None) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
@@ -90,6 +100,8 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
     """
     sweep = Sweep(gates)
     roles = ("base", "head")
+    for r in roles:
+        procs[r].track_cpu = clock == "oncpu"
 
     def key(g, rep, i):
         return f"{g.name}:{sweep_id}:{rep}:{i}"
@@ -106,13 +118,21 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
             for r in roles:
                 for i in range(inner):
                     _measure(procs[r], g, key(g, rep, i), timeout, "warmup")
+    idle_cpu = {r: 0.0 for r in roles}  # CPU a revision used while the other one was being timed
+    window = {r: 0.0 for r in roles}
     for rep in range(pairs):
         for g in gates:
             runs = {r: [] for r in roles}
             for i in range(inner):  # A B B A A B ...: both sides' runs stay close in time
                 order = roles if (rep * inner + i) % 2 == 0 else roles[::-1]
                 for r in order:
-                    s = _measure(procs[r], g, key(g, rep, i), timeout, "measure")[1]
+                    other = procs[roles[1 - roles.index(r)]]
+                    c0 = other.cpu_seconds()
+                    s = _measure(procs[r], g, key(g, rep, i), timeout, "measure", clock)[1]
+                    c1 = other.cpu_seconds()
+                    if c0 is not None and c1 is not None:
+                        idle_cpu[other.role] += c1 - c0
+                    window[r] += s.seconds
                     s.rep = rep
                     runs[r].append(s)
             for r in roles:
@@ -120,6 +140,14 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 sweep.checked.setdefault((r, g.name), []).extend(runs[r])
             if on_step:
                 on_step()
+    for r in roles:
+        other = roles[1 - roles.index(r)]
+        # Allow a fifth of the other side's timed time (an idle process uses none).
+        if idle_cpu[r] > 0.2 * window[other] + 0.01:
+            raise RevisionFault(r, "measure", "protocol",
+                                f"kept computing after answering: {idle_cpu[r]:.2f} s of CPU while the other "
+                                f"revision was timed for {window[other]:.2f} s (work deferred past the answer)")
+    sweep.idle_cpu_s = idle_cpu
     return sweep
 
 

@@ -194,7 +194,7 @@ class Evaluation:
                 if gates:
                     self.progress("gates", model=spec.name, total=p.pairs * len(gates))
                     sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab,
-                                      model_sha=resolved.sha256, pairs=p.pairs, warmup=p.warmup, inner=p.inner,
+                                      model_sha=resolved.sha256, pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock,
                                       timeout=p.request_timeout_s, sweep_id=self.eval_id,
                                       on_step=lambda: self.progress("step", model=spec.name))
                     self._foreign_gpu_check(procs, "after measuring")

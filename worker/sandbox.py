@@ -174,3 +174,21 @@ def tree_usage(pid: int) -> dict:
         except (psutil.Error, OSError, ValueError):
             pass
     return {"cpu_user_s": user, "cpu_system_s": system, "max_rss_bytes": hwm or None}
+
+
+def tree_oncpu_ns(pid: int) -> int | None:
+    """Nanoseconds the tree's threads have run on a CPU (/proc/<pid>/task/*/schedstat)."""
+    total, seen = 0, False
+    for q in tree_pids(pid):
+        try:
+            tasks = os.listdir(f"/proc/{q}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{q}/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[0])
+                    seen = True
+            except (OSError, ValueError, IndexError):
+                pass
+    return total if seen else None

@@ -54,7 +54,7 @@ def make_profile(model: Path, **kw) -> ProfileSettings:
     d = dict(device="cpu", models=[ModelSpec(name="fake", path=str(model), decode_contexts=[32, 160],
                                              prefill_contexts=[64, 256])],
              decode_tokens=24, pairs=5, warmup=1, seeds=[0, 1, 2], prompts_per_seed=2, prompt_len=32,
-             load_timeout_s=30, request_timeout_s=15, memory_limit_bytes=4 << 30)
+             load_timeout_s=30, request_timeout_s=15, memory_limit_bytes=4 << 30, clock="oncpu", inner=3)
     d.update(kw)
     return ProfileSettings(**d)
 

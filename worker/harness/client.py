@@ -58,6 +58,8 @@ class RevisionProcess:
         self._buf = b""
         self.usage = ProcessUsage()
         self.hello: dict = {}
+        self.track_cpu = False  # measure on-CPU time of each request too (CPU profiles)
+        self.last_oncpu_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -144,15 +146,24 @@ class RevisionProcess:
         """Send one request; return (answer, seconds the parent measured around it)."""
         if self.proc is None:
             raise RevisionFault(self.role, phase, "crashed", "process not running")
+        self._seq = getattr(self, "_seq", 0) + 1
+        cpu0 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
         t0 = time.perf_counter()
-        self._send({"op": op, **kw})
+        self._send({"op": op, "seq": self._seq, **kw})
         line = self._read_line(timeout, phase)
         elapsed = time.perf_counter() - t0
+        cpu1 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
+        self.last_oncpu_s = (cpu1 - cpu0) / 1e9 if cpu0 is not None and cpu1 is not None else None
         self._sample_rss()
         try:
             resp = json.loads(line)
         except json.JSONDecodeError:
             raise RevisionFault(self.role, phase, "protocol", f"unreadable answer {line[:200]!r}") from None
+        if resp.get("seq") != self._seq:
+            sandbox.kill_tree(self.proc)
+            self._reap()
+            raise RevisionFault(self.role, phase, "protocol", f"answer out of sequence (seq {resp.get('seq')!r}, "
+                                f"expected {self._seq}): something other than the harness wrote to its channel")
         if not resp.get("ok"):
             kind = resp.get("kind", "error")
             detail = resp.get("error", "no detail")
@@ -190,6 +201,13 @@ class RevisionProcess:
             sel.close()
         line, self._buf = self._buf.split(b"\n", 1)
         return line.decode(errors="replace")
+
+    def cpu_seconds(self) -> float | None:
+        """On-CPU time the revision's process tree has used so far (kernel accounting, ns)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return None
+        ns = sandbox.tree_oncpu_ns(self.proc.pid)
+        return ns / 1e9 if ns is not None else None
 
     def _sample_rss(self) -> int | None:
         rss = sandbox.tree_rss(self.proc.pid)

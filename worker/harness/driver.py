@@ -140,6 +140,12 @@ class Driver:
         return {"ok": True, "memory": self._memory()}
 
     # -- helpers -----------------------------------------------------------------------------
+    def device_sync(self):
+        """Synchronise CUDA ourselves too: the engine's own synchronize() is revision code."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
     def _memory(self):
         try:
             stats = self.engine.memory_stats()
@@ -183,9 +189,12 @@ def main():
             break
         try:
             resp = getattr(driver, op)(req)
+            if op in ("prefill", "generate", "logits", "teacher"):
+                driver.device_sync()
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which classifies it
             resp = {"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {exc}"[:2000],
                     "trace": _tail(traceback.format_exc())}
+        resp["seq"] = req.get("seq")  # the parent rejects answers out of sequence
         out.write(json.dumps(resp) + "\n")
     out.close()
 
