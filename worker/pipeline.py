@@ -124,7 +124,7 @@ class Evaluation:
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
             for spec in self.profile.models:
                 outcomes[spec.name] = self._model(spec, revs, receipt)
-            result = self._decide(outcomes)
+            result = self.decide(outcomes)
         except EvalFault as f:
             result = self._fault_result(f)
         except CheckoutError as exc:
@@ -152,7 +152,7 @@ class Evaluation:
         return result
 
     # -- one model ---------------------------------------------------------------------------
-    def _procs(self, spec: ModelSpec, revs: dict[str, Revision], model_path: Path) -> dict[str, RevisionProcess]:
+    def make_procs(self, spec: ModelSpec, revs: dict[str, Revision], model_path: Path) -> dict[str, RevisionProcess]:
         p = self.profile
         hide = [] if str(sys.prefix).startswith(str(Path.home())) else [Path.home()]
         common = dict(gpu=p.device.startswith("cuda"),
@@ -173,12 +173,12 @@ class Evaluation:
         gates = gate_specs(spec, p)
         out = ModelOutcome()
         out.receipt = {"gguf_sha256": resolved.sha256, "path": str(resolved.path), "role": spec.role}
-        procs = self._procs(spec, revs, resolved.path)
+        procs = self.make_procs(spec, revs, resolved.path)
         try:
             with ExitStack() as stack:
                 for role in ("base", "head", "reference"):
                     stack.enter_context(procs[role])
-                vocab = self._start_and_load(spec, procs, resolved.path)
+                vocab = self.start_and_load(spec, procs, resolved.path)
                 self._foreign_gpu_check(procs, "before measuring")
                 self.progress("accuracy", model=spec.name)
                 ref_version = reference_version(self.trusted_root)
@@ -190,22 +190,11 @@ class Evaluation:
                 out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
                 out.receipt["guard_bounds"] = asdict(bounds)
                 out.receipt["reference_version"] = ref_version
-                sweep = None
                 if gates:
-                    self.progress("gates", model=spec.name, total=p.pairs * len(gates))
-                    sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab,
-                                      model_sha=resolved.sha256, pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock,
-                                      timeout=p.request_timeout_s, sweep_id=self.eval_id,
-                                      on_step=lambda: self.progress("step", model=spec.name))
-                    self._foreign_gpu_check(procs, "after measuring")
+                    self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id)
                     out.receipt["memory_reported_by_revision"] = {
                         r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
                         for r in ("base", "head")}
-                    self.progress("verify", model=spec.name)
-                    checks = self._verify(sweep, gates, procs["reference"])
-                    out.gates = self._gate_results(spec, gates, sweep, checks, out)
-                    out.receipt["samples_tok_s"] = {f"{r}/{g.name}": sweep.values(r, g.name)
-                                                    for g in gates for r in ("base", "head")}
                 if self.record_aa:
                     self._record_aa(spec, out, scores)
         except RevisionFault as f:
@@ -214,7 +203,26 @@ class Evaluation:
             out.receipt["resources"] = {r: self._usage(proc) for r, proc in procs.items()}
         return out
 
-    def _start_and_load(self, spec: ModelSpec, procs: dict[str, RevisionProcess], path: Path) -> int:
+    def measure(self, spec: ModelSpec, gates: list[GateSpec], procs: dict[str, RevisionProcess], vocab: int,
+                model_sha: str, out: ModelOutcome, sweep_id: str) -> ModelOutcome:
+        """One A/B measurement of every gate: ABBA sweep, output check, statistics (into `out`)."""
+        p = self.profile
+        self.progress("gates", model=spec.name, total=p.pairs * len(gates))
+        sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
+                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
+                          timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+        self._foreign_gpu_check(procs, "after measuring")
+        self.progress("verify", model=spec.name)
+        checks = self._verify(sweep, gates, procs["reference"])
+        out.gates = self._gate_results(spec, gates, sweep, checks, out)
+        out.receipt["clock"] = p.clock
+        out.receipt["samples_tok_s"] = {f"{r}/{g.name}": sweep.values(r, g.name) for g in gates for r in ("base", "head")}
+        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [s.wall_seconds for s in sweep.samples[(r, g.name)]]
+                                       for g in gates for r in ("base", "head")}
+        out.receipt["idle_cpu_s"] = sweep.idle_cpu_s
+        return out
+
+    def start_and_load(self, spec: ModelSpec, procs: dict[str, RevisionProcess], path: Path) -> int:
         p = self.profile
         self.progress("load", model=spec.name)
         hellos = {}
@@ -349,7 +357,7 @@ class Evaluation:
         r.build_log_tail = tail[-3000:] or None
         return r
 
-    def _decide(self, outcomes: dict[str, ModelOutcome]) -> EvalResult:
+    def decide(self, outcomes: dict[str, ModelOutcome]) -> EvalResult:
         gates = [g for o in outcomes.values() for g in o.gates]
         guards = [o.guard for o in outcomes.values() if o.guard]
         problems = [f"{g.model} accuracy guard failed: {g.reason}" for g in guards if not g.passed]
