@@ -75,16 +75,59 @@ def _open(path: Path):
 
     if not path.exists():
         raise GGUFError(f"{path}: no such file")
-    if path.stat().st_size < 24:
-        raise GGUFError(f"{path}: not a GGUF file (only {path.stat().st_size} bytes)")
+    if not path.is_file():
+        raise GGUFError(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size < 24:
+        raise GGUFError(f"{path}: not a GGUF file (only {size} bytes)")
     with open(path, "rb") as f:
-        magic = f.read(4)
+        magic, version = f.read(4), int.from_bytes(f.read(4), "little")
     if magic != b"GGUF":
         raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+    if version not in (2, 3) and int.from_bytes(version.to_bytes(4, "little"), "big") in (2, 3):
+        raise GGUFError(f"{path}: big-endian GGUF files are not supported")
+    if version not in (2, 3):
+        raise GGUFError(f"{path}: GGUF version {version} is not supported (expected 2 or 3)")
     try:
         return gguf.GGUFReader(str(path), "r")
-    except Exception as e:  # truncated header / tensor table, bad value types, ...
+    except Exception as e:  # truncated header / tensor table / data, bad value types, ...
+        problem = _diagnose_tensor_table(path, size)
+        if problem is not None:
+            raise GGUFError(f"{path}: {problem}") from None
         raise GGUFError(f"{path}: unreadable GGUF header ({type(e).__name__}: {e}); file truncated or corrupt?") from None
+
+
+def _diagnose_tensor_table(path: Path, file_size: int) -> str | None:
+    """Why gguf could not build the tensors, when header and tensor table themselves parse.
+
+    Re-reads the file without building tensor views, then checks every tensor's type id
+    and whether its data fits in the file. None when the header itself is the problem.
+    """
+    import gguf
+
+    class _TableOnly(gguf.GGUFReader):
+        def _build_tensors(self, start_offs, fields):
+            self.table = (start_offs, fields)
+
+    try:
+        start, fields = _TableOnly(str(path), "r").table
+    except Exception:
+        return None
+    for field in fields:
+        _, name_data, _, dims, raw_dtype, offset = field.parts
+        name = bytes(name_data).decode("utf-8", "replace")
+        try:
+            qtype = gguf.GGMLQuantizationType(int(raw_dtype[0]))
+            per_block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            return f"tensor {name!r} has unknown ggml type id {int(raw_dtype[0])}"
+        end = int(start) + int(offset[0]) + int(np.prod(dims.astype(np.int64))) * block_bytes // per_block
+        if end > file_size:
+            return (
+                f"tensor {name!r} runs past the end of the file (needs bytes up to {end}, file has {file_size}); "
+                "truncated download?"
+            )
+    return None
 
 
 def _require(meta: dict, key: str, path: Path):
@@ -93,21 +136,39 @@ def _require(meta: dict, key: str, path: Path):
     return meta[key]
 
 
+def _int(meta: dict, key: str, path: Path, *, minimum: int = 1, default=None) -> int:
+    value = meta.get(key, default) if default is not None else _require(meta, key, path)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise GGUFError(f"{path}: metadata key {key!r} is {value!r}, expected an integer")
+    if value < minimum:
+        raise GGUFError(f"{path}: metadata key {key!r} is {value}, must be at least {minimum}")
+    return int(value)
+
+
+def _float(meta: dict, key: str, path: Path) -> float:
+    value = _require(meta, key, path)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0:
+        raise GGUFError(f"{path}: metadata key {key!r} is {value!r}, expected a positive number")
+    return float(value)
+
+
 def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> ModelConfig:
     arch = meta.get("general.architecture")
     if arch != ARCH:
         raise GGUFError(f"{path}: architecture is {arch!r}, expected {ARCH!r}")
-    k = lambda key: _require(meta, f"{ARCH}.{key}", path)  # noqa: E731
-    n_blocks = int(k("block_count"))
-    n_layers = n_blocks - int(meta.get(f"{ARCH}.nextn_predict_layers", 0))  # §8.6
-    d_state = int(k("ssm.state_size"))
-    n_v_head = int(k("ssm.time_step_rank"))
-    inner = int(k("ssm.inner_size"))
+    k = lambda key, **kw: _int(meta, f"{ARCH}.{key}", path, **kw)  # noqa: E731
+    n_blocks = k("block_count")
+    n_layers = n_blocks - k("nextn_predict_layers", minimum=0, default=0)  # §8.6
+    if n_layers < 1:
+        raise GGUFError(f"{path}: block_count {n_blocks} leaves no main-stack layers after nextn_predict_layers")
+    d_state = k("ssm.state_size")
+    n_v_head = k("ssm.time_step_rank")
+    inner = k("ssm.inner_size")
     if inner != n_v_head * d_state:
         raise GGUFError(
             f"{path}: ssm.inner_size {inner} != ssm.time_step_rank {n_v_head} x ssm.state_size {d_state} (dk must equal dv)"
         )
-    key_len, val_len = int(k("attention.key_length")), int(k("attention.value_length"))
+    key_len, val_len = k("attention.key_length"), k("attention.value_length")
     if key_len != val_len:
         raise GGUFError(f"{path}: attention.key_length {key_len} != value_length {val_len}")
     vocab = meta.get(f"{ARCH}.vocab_size")
@@ -116,22 +177,22 @@ def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> Mode
         vocab = len(tokens) if tokens is not None else None
     return ModelConfig(
         n_layers=n_layers,
-        d_model=int(k("embedding_length")),
-        d_ffn=int(k("feed_forward_length")),
+        d_model=k("embedding_length"),
+        d_ffn=k("feed_forward_length"),
         vocab_size=int(vocab) if vocab is not None else -1,  # fixed up from token_embd below
-        n_head=int(k("attention.head_count")),
-        n_kv_head=int(k("attention.head_count_kv")),
-        n_k_head=int(k("ssm.group_count")),
+        n_head=k("attention.head_count"),
+        n_kv_head=k("attention.head_count_kv"),
+        n_k_head=k("ssm.group_count"),
         n_v_head=n_v_head,
         head_dim=key_len,
         ssm_head_dim=d_state,
-        conv_kernel=int(k("ssm.conv_kernel")),
-        rope_dims=int(k("rope.dimension_count")),
-        rope_base=float(k("rope.freq_base")),
-        rms_eps=float(k("attention.layer_norm_rms_epsilon")),
-        full_attention_interval=int(meta.get(f"{ARCH}.full_attention_interval", 4)),
+        conv_kernel=k("ssm.conv_kernel"),
+        rope_dims=k("rope.dimension_count", minimum=0),
+        rope_base=_float(meta, f"{ARCH}.rope.freq_base", path),
+        rms_eps=_float(meta, f"{ARCH}.attention.layer_norm_rms_epsilon", path),
+        full_attention_interval=k("full_attention_interval", default=4),
         tied_embeddings="output.weight" not in tensor_names,
-        context_length=int(meta.get(f"{ARCH}.context_length", 262144)),
+        context_length=k("context_length", default=262144),
         name=str(meta.get("general.name", "gguf")),
     )
 

@@ -1,11 +1,15 @@
-"""Dequantizers and quantizers for the ggml types the runtime supports."""
+"""Dequantizers, quantizers and the per-tensor type policy for the ggml types the runtime supports."""
+from .dequant import dequantize, dequantize_bytes
+from .policy import MIXES, model_nbytes, q4_k_m_type, tensor_type, tensor_types
+from .quantize import quantize
 
-
-def dequantize(qt, device="cpu"):
-    """Placeholder until runtime.quant.dequant lands: gguf's numpy dequantizer."""
-    import gguf.quants
-    import numpy as np
-    import torch
-
-    arr = gguf.quants.dequantize(np.asarray(qt.data), int(qt.type))
-    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).reshape(qt.shape).to(device)
+__all__ = [
+    "dequantize",
+    "dequantize_bytes",
+    "quantize",
+    "MIXES",
+    "q4_k_m_type",
+    "tensor_type",
+    "tensor_types",
+    "model_nbytes",
+]
