@@ -122,8 +122,18 @@ class Evaluation:
                                                 self.job.base_sha, self.job.head_sha)
             revs = {"base": base, "head": head}
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
-            for spec in self.profile.models:
-                outcomes[spec.name] = self._model(spec, revs, receipt)
+            self.progress("models")
+            resolved = [model_files.resolve(spec, self.trusted_root) for spec in self.profile.models]
+            procs = self.make_procs(revs, [m.path for m in resolved])
+            try:
+                with ExitStack() as stack:
+                    for role in ("base", "head", "reference"):
+                        stack.enter_context(procs[role])
+                    self.start(procs)
+                    for m in resolved:
+                        outcomes[m.spec.name] = self._model(m, procs)
+            finally:
+                receipt["processes"] = {r: self._usage(proc) for r, proc in procs.items()}
             result = self.decide(outcomes)
         except EvalFault as f:
             result = self._fault_result(f)
@@ -151,56 +161,87 @@ class Evaluation:
         self.progress("done", verdict=result.verdict.value)
         return result
 
-    # -- one model ---------------------------------------------------------------------------
-    def make_procs(self, spec: ModelSpec, revs: dict[str, Revision], model_path: Path) -> dict[str, RevisionProcess]:
+    # -- processes -------------------------------------------------------------------------
+    def make_procs(self, revs: dict[str, Revision], model_paths: list[Path]) -> dict[str, RevisionProcess]:
+        """Base, head and the trusted reference, each in its own sandboxed driver process."""
         p = self.profile
         hide = [] if str(sys.prefix).startswith(str(Path.home())) else [Path.home()]
         common = dict(gpu=p.device.startswith("cuda"),
                       memory_limit_bytes=None if p.device.startswith("cuda") else p.memory_limit_bytes,
-                      cpus=p.cpu_set(), hide=hide, read_only=[model_path.parent], secrets=self.secrets,
+                      cpus=p.cpu_set(), hide=hide, read_only=sorted({m.parent for m in model_paths}),
+                      secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
-        base_dir = self.workdir / "proc" / spec.name
+        d = self.workdir / "proc"
         return {
-            "base": RevisionProcess("base", revs["base"].root, base_dir / "base", **common),
-            "head": RevisionProcess("head", revs["head"].root, base_dir / "head", **common),
-            "reference": RevisionProcess("reference", self.trusted_root, base_dir / "reference", **common),
+            "base": RevisionProcess("base", revs["base"].root, d / "base", **common),
+            "head": RevisionProcess("head", revs["head"].root, d / "head", **common),
+            "reference": RevisionProcess("reference", self.trusted_root, d / "reference", **common),
         }
 
-    def _model(self, spec: ModelSpec, revs: dict[str, Revision], receipt: dict) -> ModelOutcome:
+    def start(self, procs: dict[str, RevisionProcess]) -> None:
+        """Spawn all three at once (imports overlap), then collect their hellos."""
         p = self.profile
+        self.progress("start")
+        try:
+            for role in ("base", "head", "reference"):
+                procs[role].start(None)
+            self._hellos = {}
+            for role in ("base", "head", "reference"):
+                hello = self._hellos[role] = procs[role].finish_start(p.load_timeout_s)
+                if hello.get("protocol") != 1:
+                    raise RevisionFault(role, "start", "protocol",
+                                        f"runtime.PROTOCOL_VERSION is {hello.get('protocol')!r}, the harness speaks 1")
+        except RevisionFault as f:
+            raise classify(f, "(import)") from f
+
+    def load(self, spec: ModelSpec, procs: dict[str, RevisionProcess], path: Path) -> int:
+        """Load the model in all three processes at once; returns the vocabulary size."""
+        p = self.profile
+        self.progress("load", model=spec.name)
+        for role in ("base", "head", "reference"):
+            procs[role].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
+                              backend="reference" if role == "reference" else p.backend)
+        vocab = {}
+        for role in ("base", "head", "reference"):
+            resp, secs = procs[role].finish(phase="load", timeout=p.load_timeout_s)
+            vocab[role] = resp["vocab_size"]
+            self._hellos[role].setdefault("load_seconds", {})[spec.name] = round(secs, 3)
+            for k in ("torch", "triton"):
+                self._hellos[role][k] = self._hellos[role].get(k) or resp.get(k)
+        for role in ("base", "head"):
+            if vocab[role] != vocab["reference"]:
+                raise RevisionFault(role, "load", "protocol", f"vocab {vocab[role]} != reference {vocab['reference']}")
+        return vocab["reference"]
+
+    # -- one model ---------------------------------------------------------------------------
+    def _model(self, resolved: model_files.ResolvedModel, procs: dict[str, RevisionProcess]) -> ModelOutcome:
+        p, spec = self.profile, resolved.spec
         self.progress("model", model=spec.name)
-        resolved = model_files.resolve(spec, self.trusted_root)
         gates = gate_specs(spec, p)
         out = ModelOutcome()
         out.receipt = {"gguf_sha256": resolved.sha256, "path": str(resolved.path), "role": spec.role}
-        procs = self.make_procs(spec, revs, resolved.path)
         try:
-            with ExitStack() as stack:
-                for role in ("base", "head", "reference"):
-                    stack.enter_context(procs[role])
-                vocab = self.start_and_load(spec, procs, resolved.path)
-                self._foreign_gpu_check(procs, "before measuring")
-                self.progress("accuracy", model=spec.name)
-                ref_version = reference_version(self.trusted_root)
-                scores = score_revisions({"base": procs["base"], "head": procs["head"]}, procs["reference"],
-                                         vocab=vocab, model_sha=resolved.sha256, ref_version=ref_version, profile=p)
-                bounds = guard_bounds(self.store.guard_scores(self.host, self.job.profile, spec.name),
-                                      len(p.seeds), self.settings)
-                out.guard = guard_result(spec.name, scores, bounds)
-                out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
-                out.receipt["guard_bounds"] = asdict(bounds)
-                out.receipt["reference_version"] = ref_version
-                if gates:
-                    self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id)
-                    out.receipt["memory_reported_by_revision"] = {
-                        r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
-                        for r in ("base", "head")}
-                if self.record_aa:
-                    self._record_aa(spec, out, scores)
+            vocab = self.load(spec, procs, resolved.path)
+            self._foreign_gpu_check(procs, "before measuring")
+            self.progress("accuracy", model=spec.name)
+            ref_version = reference_version(self.trusted_root)
+            scores = score_revisions({"base": procs["base"], "head": procs["head"]}, procs["reference"],
+                                     vocab=vocab, model_sha=resolved.sha256, ref_version=ref_version, profile=p)
+            bounds = guard_bounds(self.store.guard_scores(self.host, self.job.profile, spec.name),
+                                  len(p.seeds), self.settings)
+            out.guard = guard_result(spec.name, scores, bounds)
+            out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
+            out.receipt["guard_bounds"] = asdict(bounds)
+            out.receipt["reference_version"] = ref_version
+            if gates:
+                self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id)
+                out.receipt["memory_reported_by_revision"] = {
+                    r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
+                    for r in ("base", "head")}
+            if self.record_aa:
+                self._record_aa(spec, out, scores)
         except RevisionFault as f:
             raise classify(f, spec.name) from f
-        finally:
-            out.receipt["resources"] = {r: self._usage(proc) for r, proc in procs.items()}
         return out
 
     def measure(self, spec: ModelSpec, gates: list[GateSpec], procs: dict[str, RevisionProcess], vocab: int,
@@ -221,30 +262,6 @@ class Evaluation:
                                        for g in gates for r in ("base", "head")}
         out.receipt["idle_cpu_s"] = sweep.idle_cpu_s
         return out
-
-    def start_and_load(self, spec: ModelSpec, procs: dict[str, RevisionProcess], path: Path) -> int:
-        p = self.profile
-        self.progress("load", model=spec.name)
-        hellos = {}
-        for role in ("base", "head", "reference"):
-            hellos[role] = procs[role].start(p.load_timeout_s)
-            if hellos[role].get("protocol") != 1:
-                raise RevisionFault(role, "start", "protocol",
-                                    f"runtime.PROTOCOL_VERSION is {hellos[role].get('protocol')!r}, the harness speaks 1")
-        vocab = {}
-        for role in ("base", "head", "reference"):
-            backend = "reference" if role == "reference" else p.backend
-            resp, secs = procs[role].request("load", path=str(path), device=p.device,
-                                             max_context=p.max_context(spec), backend=backend,
-                                             phase="load", timeout=p.load_timeout_s)
-            vocab[role] = resp["vocab_size"]
-            hellos[role]["load_seconds"] = round(secs, 3)
-        if vocab["base"] != vocab["reference"]:
-            raise RevisionFault("base", "load", "protocol", f"vocab {vocab['base']} != reference {vocab['reference']}")
-        if vocab["head"] != vocab["reference"]:
-            raise RevisionFault("head", "load", "protocol", f"vocab {vocab['head']} != reference {vocab['reference']}")
-        self._hellos = hellos
-        return vocab["reference"]
 
     def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
         p = self.profile

@@ -70,7 +70,8 @@ class RevisionProcess:
     def log_path(self) -> Path:
         return self.workdir / "stderr.log"
 
-    def start(self, timeout: float) -> dict:
+    def start(self, timeout: float | None) -> dict | None:
+        """Spawn the sandboxed driver and say hello (timeout None: do not wait; see finish_start)."""
         driver_dir = self.workdir / "driver"
         driver_dir.mkdir(parents=True, exist_ok=True)
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,12 @@ class RevisionProcess:
         os.close(w)
         self._rfd = r
         os.set_blocking(r, False)
-        self.hello = self.request("hello", phase="start", timeout=timeout)[0]
+        self.begin("hello")
+        if timeout is not None:
+            return self.finish_start(timeout)
+
+    def finish_start(self, timeout: float) -> dict:
+        self.hello = self.finish(phase="start", timeout=timeout)[0]
         return self.hello
 
     def close(self) -> None:
@@ -144,15 +150,23 @@ class RevisionProcess:
     # -- requests ----------------------------------------------------------------------------
     def request(self, op: str, *, phase: str, timeout: float, **kw) -> tuple[dict, float]:
         """Send one request; return (answer, seconds the parent measured around it)."""
+        self.begin(op, **kw)
+        return self.finish(phase=phase, timeout=timeout)
+
+    def begin(self, op: str, **kw) -> None:
+        """Write a request (its clock starts here); `finish` reads the answer."""
         if self.proc is None:
-            raise RevisionFault(self.role, phase, "crashed", "process not running")
+            raise RevisionFault(self.role, op, "crashed", "process not running")
         self._seq = getattr(self, "_seq", 0) + 1
-        cpu0 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
-        t0 = time.perf_counter()
+        self._cpu0 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
+        self._t0 = time.perf_counter()
         self._send({"op": op, "seq": self._seq, **kw})
+
+    def finish(self, *, phase: str, timeout: float) -> tuple[dict, float]:
         line = self._read_line(timeout, phase)
-        elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - self._t0
         cpu1 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
+        cpu0 = self._cpu0
         self.last_oncpu_s = (cpu1 - cpu0) / 1e9 if cpu0 is not None and cpu1 is not None else None
         self._sample_rss()
         try:

@@ -65,6 +65,11 @@ class Driver:
                 "driver": DRIVER_VERSION}
 
     def load(self, req):
+        self.engine = None  # a second model replaces the first; free it before loading
+        self.staged.clear()
+        import gc
+
+        gc.collect()
         try:
             self.engine = self.runtime.load_engine(req["path"], device=req["device"],
                                                    max_context=req["max_context"], backend=req["backend"])
@@ -80,7 +85,9 @@ class Driver:
         if not isinstance(vocab, int) or vocab <= 0:
             return {"ok": False, "kind": "protocol", "error": f"engine.config.vocab_size is {vocab!r}"}
         self.vocab = vocab
-        return {"ok": True, "vocab_size": vocab, "memory": self._memory()}
+        return {"ok": True, "vocab_size": vocab, "memory": self._memory(),
+                "torch": getattr(self.torch, "__version__", None),
+                "triton": getattr(sys.modules.get("triton"), "__version__", None)}
 
     def stage(self, req):
         ids = [int(t) for t in req["ids"]]
