@@ -102,7 +102,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 if np.all(lg == lg[..., :1]):
                     raise infra(InfraKind.ZERO_METRIC, f"{r}: logits for seed {seed} are constant; nothing to score")
                 scores[r].logits_digest.update(lg.tobytes())
-                kl = (ref_p * (ref_lp.astype(np.float64) - _log_softmax(lg))).sum(axis=-1)
+                kl = np.maximum((ref_p * (ref_lp.astype(np.float64) - _log_softmax(lg))).sum(axis=-1), 0.0)
                 per[r].append((float((lg.argmax(axis=-1) == ref_top).mean()), float(kl.mean()), float(kl.max())))
         for r in procs:
             vals = np.asarray(per[r])
