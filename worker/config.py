@@ -100,7 +100,7 @@ def _tiny(name: str, quant: str, seed: int, role: str, **kw) -> ModelSpec:
 
 
 def _real(shape: str, quant: str, role: str, **kw) -> ModelSpec:
-    return ModelSpec(name=f"{shape}-{quant}", role=role, synth={"shape": shape, "quant": quant, "seed": 0}, **kw)
+    return ModelSpec(name=f"qwen35-{shape}-{quant}", role=role, synth={"shape": shape, "quant": quant, "seed": 0}, **kw)
 
 
 DEFAULT_PROFILES: dict[str, ProfileSettings] = {
@@ -109,8 +109,8 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
         device="cpu",
         clock="oncpu",
         models=[
-            _tiny("tiny-q8_0", "q8_0", 0, "primary", decode_contexts=[32, 128], prefill_contexts=[64, 256]),
-            _tiny("tiny-f32", "f32", 1, "guard"),
+            _tiny("qwen35-tiny", "q8_0", 0, "primary", decode_contexts=[32, 128], prefill_contexts=[64, 256]),
+            _tiny("qwen35-tiny-f32", "f32", 1, "guard"),
         ],
         decode_tokens=8,
         pairs=5,

@@ -89,13 +89,16 @@ class Evaluation:
         prof = self.settings.profile_settings(job.profile)
         if job.device:
             prof = prof.model_copy(update={"device": job.device})
-        if job.models:
+        if job.models:  # selects primary models; guard models run for every PR
             wanted = set(job.models)
             unknown = wanted - {m.name for m in prof.models}
             if unknown:
                 raise ValueError(f"unknown model(s) {sorted(unknown)} for profile {job.profile!r}; "
                                  f"choose from {[m.name for m in prof.models]}")
-            prof = prof.model_copy(update={"models": [m for m in prof.models if m.name in wanted]})
+            keep = [m for m in prof.models if m.name in wanted or m.role == "guard"]
+            if not any(m.role == "primary" for m in keep):
+                raise ValueError(f"--models {sorted(wanted)} names no primary model of profile {job.profile!r}")
+            prof = prof.model_copy(update={"models": keep})
         self.profile: ProfileSettings = prof
         self.trusted_root = Path(trusted_root) if trusted_root else deployed_runtime_root()
         self.store = store or AAStore()
@@ -142,7 +145,10 @@ class Evaluation:
         except model_files.ModelError as exc:
             result = self._fault_result(infra(InfraKind.INTERNAL_ERROR, f"model file: {exc}"))
         except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected error is never a verdict on the PR
-            result = self._fault_result(infra(InfraKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
+            if type(exc).__name__ == "SoftTimeLimitExceeded":  # Celery's time limit, raised into our frame
+                result = self._fault_result(infra(InfraKind.TIMEOUT, "the evaluation ran past its time limit"))
+            else:
+                result = self._fault_result(infra(InfraKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
                                               traceback.format_exc()[-3000:]))
         finally:
             if git_dir is not None:
