@@ -1,27 +1,143 @@
-"""`tokengate` command line.
+"""`tokengate` command line: one small function per subcommand, dispatched by argparse.
 
-Minimal dispatcher for the evaluation commands (worker/cli.py); the service commands join it
-when the bot lands. The worker is imported lazily so `tokengate --help` stays fast.
+Service commands live here (serve, worker, db, round); evaluation commands (eval, demo,
+calibrate) are implemented in worker/ and imported only when used.
 """
+from __future__ import annotations
+
 import argparse
+import importlib
 import sys
 
 
-def main(argv=None) -> int:
-    from worker import cli as wcli
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
 
-    ap = argparse.ArgumentParser(prog="tokengate")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    wcli.add_arguments_eval(sub.add_parser("eval", help="evaluate a head revision against its base"))
-    wcli.add_arguments_demo(sub.add_parser("demo", help="evaluate a throwaway PR branch of this repository"))
-    wcli.add_arguments_calibrate(sub.add_parser("calibrate", help="A/A runs: record each gate's noise"))
-    args = ap.parse_args(argv)
-    commands = {"eval": wcli.eval_command, "demo": wcli.demo_command, "calibrate": wcli.calibrate_command}
+    from bot.settings import get_settings
+    from bot.webhook import create_app
+    get_settings().require_github()
+    uvicorn.run(create_app(), host=args.host, port=args.port, workers=1, log_level=args.log_level,
+                access_log=False)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from bot.queue import celery_app
+    from bot.settings import get_settings
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    unknown = set(queues) - {"gpu", "publish"}
+    if unknown:
+        raise SystemExit(f"unknown queue(s) {sorted(unknown)}: choose gpu and/or publish")
+    app = celery_app()
+    if "publish" in queues:
+        get_settings().require_github()  # only the publish side holds credentials
+        importlib.import_module("bot.tasks")
+    if "gpu" in queues:
+        _import_optional("worker.tasks")
+    argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
+            "--loglevel", args.log_level.upper(), "-n", args.name]
+    for module in args.include or []:
+        argv += ["-I", module]
+    if args.beat:
+        if "publish" not in queues:
+            raise SystemExit("--beat belongs on the publish worker (it closes merge-first rounds)")
+        from bot.tasks import schedule_rounds
+        schedule_rounds(app)
+        argv += ["-B", "-s", args.beat_schedule]
+    app.worker_main(argv)
+    return 0
+
+
+def _import_optional(module: str) -> None:
     try:
-        return commands[args.cmd](args)
-    except ValueError as exc:  # bad input: say it plainly
-        print(f"tokengate {args.cmd}: {exc}", file=sys.stderr)
-        return 2
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        print(f"tokengate worker: {module} is not installed; only --include'd tasks will run", file=sys.stderr)
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from bot import migrate
+    from bot.settings import get_settings
+    migrate.upgrade(args.url or get_settings().database_url, args.revision)
+    return 0
+
+
+def cmd_db_downgrade(args: argparse.Namespace) -> int:
+    from bot import migrate
+    from bot.settings import get_settings
+    migrate.downgrade(args.url or get_settings().database_url, args.revision)
+    return 0
+
+
+def cmd_round_close(args: argparse.Namespace) -> int:
+    from bot.rounds import close_round_cli
+    return close_round_cli(args.repo, dry_run=args.dry_run)
+
+
+# Subcommands implemented by the evaluation pipeline (worker/), imported only when used; their
+# arguments are passed through untouched (they own their own argparse).
+DELEGATED = {
+    "eval": ("worker.cli", "eval_main", "evaluate a head against a base locally"),
+    "demo": ("worker.cli", "demo_main", "evaluate a throwaway PR branch with embedded defaults"),
+    "calibrate": ("worker.cli", "calibrate_main", "measure the noise floor of this machine"),
+}
+
+
+def run_delegated(name: str, argv: list[str]) -> int:
+    module, func, _ = DELEGATED[name]
+    return int(getattr(importlib.import_module(module), func)(argv) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokengate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the webhook web app (uvicorn)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="run a Celery worker for the gpu and/or publish queue")
+    p.add_argument("--queues", "-Q", required=True, help="gpu, publish or gpu,publish")
+    p.add_argument("--pool", "-P", default="solo", help="solo (one evaluation per GPU), threads or prefork")
+    p.add_argument("--concurrency", "-c", type=int, default=1)
+    p.add_argument("--name", "-n", default="tokengate@%h")
+    p.add_argument("--include", "-I", action="append", help="extra task module to import")
+    p.add_argument("--beat", action="store_true", help="also run the scheduler (run it on ONE publish worker)")
+    p.add_argument("--beat-schedule", default="/tmp/tokengate-beat-schedule")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_worker)
+
+    db = sub.add_parser("db", help="database migrations").add_subparsers(dest="db_command", required=True)
+    p = db.add_parser("upgrade", help="migrate the database to a revision (default: head)")
+    p.add_argument("revision", nargs="?", default="head")
+    p.add_argument("--url", help="database URL (default: TOKENGATE_DATABASE_URL)")
+    p.set_defaults(func=cmd_db_upgrade)
+    p = db.add_parser("downgrade", help="migrate the database down to a revision (default: base)")
+    p.add_argument("revision", nargs="?", default="base")
+    p.add_argument("--url")
+    p.set_defaults(func=cmd_db_downgrade)
+
+    rounds = sub.add_parser("round", help="merge-first rounds").add_subparsers(dest="round_command", required=True)
+    p = rounds.add_parser("close", help="close the open round of a repository and merge its winner")
+    p.add_argument("repo", help="owner/name")
+    p.add_argument("--dry-run", action="store_true", help="print what would happen, change nothing")
+    p.set_defaults(func=cmd_round_close)
+
+    for name, (_module, _func, help_) in DELEGATED.items():
+        sub.add_parser(name, help=help_, add_help=False)  # listed in --help; dispatched before parsing
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATED:
+        return run_delegated(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import os
 """load_gguf on bad input: always one GGUFError whose message names the file and the fault."""
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from runtime.config import ModelConfig
 from runtime.gguf import GGUFError, load_gguf
 from runtime.gguf.names import expected_tensors
 
-FIXTURE_Q4 = Path("/work/shared/fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
+FIXTURE_Q4 = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
 
 # A qwen35 model small enough to write in a millisecond: 3 DeltaNet layers + 1 attention layer.
 MICRO = ModelConfig(

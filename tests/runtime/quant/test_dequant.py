@@ -1,3 +1,4 @@
+import os
 """Our torch dequantizers must equal gguf.quants.dequantize bit for bit."""
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from runtime.gguf import GGMLType, load_gguf
 from runtime.gguf.types import BLOCK
 from runtime.quant import dequantize, dequantize_bytes
 
-FIXTURE = Path("/work/shared/fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
+FIXTURE = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
 
 # Byte offsets of the fp16 scale fields inside one block.
 F16_FIELDS = {

@@ -1,3 +1,4 @@
+import os
 """Tensor-type policy vs what llama.cpp actually produced (fixture file + H200 anchor files)."""
 import json
 import re
@@ -11,8 +12,8 @@ from runtime.gguf import GGMLType, load_gguf, tensor_nbytes
 from runtime.gguf.names import expected_tensors
 from runtime.quant.policy import FILE_TYPE, MIXES, model_nbytes, q4_k_m_type, tensor_type, tensor_types, use_more_bits
 
-FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
-ANCHOR = Path("/work/shared/bench/llamacpp-h200-anchor.json")
+FIXTURES = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny")
+ANCHOR = (Path(os.environ["TOKENGATE_SHARED"]) / "bench/llamacpp-h200-anchor.json")
 
 
 @pytest.fixture(scope="module")

@@ -1,3 +1,4 @@
+import os
 """Quantizers: byte-exact with llama-quantize and gguf where they exist, better than min/max otherwise."""
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from runtime.gguf import GGMLType, load_gguf
 from runtime.gguf.types import BLOCK
 from runtime.quant import dequantize_bytes, quantize
 
-FIXTURES = Path("/work/shared/fixtures/qwen35-tiny")
+FIXTURES = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny")
 K_TYPES = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 ALL_QUANT = [GGMLType.Q8_0, *K_TYPES]
 

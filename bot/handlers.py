@@ -1,0 +1,187 @@
+"""Webhook events → service actions (runs on the `publish` queue, never in the web request).
+
+Each handler returns a short outcome string, stored on the delivery row for operators.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot import publish, render
+from bot.enums import Command, EvalState, Trigger
+from bot.models import Evaluation, PullRequest, Repository, utcnow
+from bot.rounds import open_round
+from bot.service import Service
+
+log = logging.getLogger(__name__)
+
+COMMAND_RE = re.compile(r"^\s*/eval(?:\s+(?P<sub>[a-z]+))?\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_command(body: str | None) -> Command | None:
+    """`/eval`, `/eval rerun`, `/eval cancel`, `/eval status` on a line of their own; anything else is None."""
+    m = COMMAND_RE.search(body or "")
+    if not m:
+        return None
+    sub = (m.group("sub") or "eval").lower()
+    try:
+        return Command(sub)
+    except ValueError:
+        return None
+
+
+class Handlers:
+    def __init__(self, service: Service):
+        self.service = service
+        self.settings = service.settings
+
+    def dispatch(self, session: Session, event: str, payload: dict) -> str:
+        route: dict[str, Callable[[Session, dict], str]] = {
+            "pull_request": self.pull_request, "issue_comment": self.issue_comment, "check_run": self.check_run,
+            "installation": self.installation, "installation_repositories": self.installation_repositories,
+            "ping": lambda _s, _p: "pong",
+        }
+        handler = route.get(event)
+        if handler is None:
+            return f"ignored event {event}"
+        return handler(session, payload)
+
+    def _repo(self, session: Session, payload: dict) -> Repository:
+        inst = (payload.get("installation") or {}).get("id")
+        repo = self.service.upsert_repository(session, payload["repository"], inst)
+        open_round(session, repo, self.settings.round_window_s)  # every repository has a merge-first window
+        return repo
+
+    # ---- pull_request ---------------------------------------------------------------------------
+    def pull_request(self, session: Session, payload: dict) -> str:
+        action = payload.get("action")
+        if action not in ("opened", "reopened", "synchronize", "labeled", "closed"):
+            return f"ignored pull_request.{action}"
+        repo = self._repo(session, payload)
+        previous_head = session.scalar(select(PullRequest.head_sha).where(
+            PullRequest.repository_id == repo.id, PullRequest.number == payload["pull_request"]["number"])
+            .with_for_update())
+        pr = self.service.upsert_pull(session, repo, payload["pull_request"])
+        sender = (payload.get("sender") or {}).get("login", "")
+
+        if action == "closed":
+            pr.is_open = False
+            n = self.service.cancel(session, pr, by=None) if self.service.active(session, pr) else 0
+            return f"closed; {n} evaluation(s) cancelled"
+        if action == "labeled":
+            return self._labeled(session, repo, pr, payload, sender)
+
+        new_push = action == "synchronize" or (previous_head is not None and previous_head != pr.head_sha)
+        if new_push:
+            for ev in self.service.active(session, pr):
+                if ev.head_sha != pr.head_sha:
+                    self.service.end(session, pr, ev, EvalState.SUPERSEDED)
+        if self.service.is_trusted(repo, pr.author_login):
+            pr.awaiting_approval = False
+            self.service.request_evaluation(session, pr, Trigger.AUTO, requested_by=pr.author_login)
+            return f"{action}: trusted author, evaluation queued"
+        if action == "synchronize" and sender and sender != pr.author_login and self.service.is_trusted(repo, sender):
+            # A maintainer pushed to the contributor's branch: their push vouches for the new head.
+            pr.approved_sha = pr.head_sha
+            pr.awaiting_approval = False
+            self.service.request_evaluation(session, pr, Trigger.AUTO, requested_by=sender)
+            return f"{action}: pushed by trusted {sender}, evaluation queued"
+        if pr.approved_sha == pr.head_sha:
+            self.service.request_evaluation(session, pr, Trigger.APPROVAL)
+            return f"{action}: approved head, evaluation queued"
+        # Untrusted author and this head is not approved: the approval must be given again.
+        labels = [label["name"] for label in payload["pull_request"].get("labels", [])]
+        if self.settings.approval_label in labels:
+            publish.remove_label(self.service.gh_repo(repo), pr.number, self.settings.approval_label)
+        pr.approved_sha = None
+        pr.awaiting_approval = True
+        self.service.refresh_sticky(session, pr)
+        return f"{action}: untrusted author, waiting for approval"
+
+    def _labeled(self, session: Session, repo: Repository, pr: PullRequest, payload: dict, sender: str) -> str:
+        label = (payload.get("label") or {}).get("name")
+        if label != self.settings.approval_label:
+            return f"labeled {label}: not ours"
+        if not self.service.is_trusted(repo, sender):
+            publish.remove_label(self.service.gh_repo(repo), pr.number, label)
+            return f"approval label from {sender} without write access: removed"
+        pr.approved_sha = pr.head_sha
+        pr.awaiting_approval = False
+        self.service.request_evaluation(session, pr, Trigger.APPROVAL, requested_by=sender)
+        return f"approved by {sender} at {pr.head_sha[:7]}: evaluation queued"
+
+    # ---- issue_comment --------------------------------------------------------------------------
+    def issue_comment(self, session: Session, payload: dict) -> str:
+        if payload.get("action") != "created":
+            return f"ignored issue_comment.{payload.get('action')}"
+        issue = payload["issue"]
+        if not issue.get("pull_request"):
+            return "comment on an issue, not a pull request"
+        command = parse_command(payload["comment"].get("body"))
+        if command is None:
+            return "no command"
+        commenter = payload["comment"]["user"]["login"]
+        if payload["comment"]["user"].get("type") == "Bot":
+            return "comment by a bot"
+        repo = self._repo(session, payload)
+        gh = self.service.gh_repo(repo)
+        if not self.service.is_trusted(repo, commenter):
+            publish.reply(gh, issue["number"], render.render(
+                "unauthorized_command.md.j2", login=commenter, command=command.value))
+            return f"/eval {command.value} from {commenter} without write access: refused"
+        pr = self.service.upsert_pull(session, repo, gh.get_pull(issue["number"]).raw_data)
+        if command is Command.CANCEL:
+            n = self.service.cancel(session, pr, by=commenter)
+            return f"/eval cancel by {commenter}: {n} cancelled"
+        if command is Command.STATUS:
+            self.service.refresh_sticky(session, pr)
+            return "status refreshed"
+        # /eval and /eval rerun: a maintainer asking is also an approval of this head.
+        pr.approved_sha = pr.head_sha
+        pr.awaiting_approval = False
+        ev = self.service.request_evaluation(session, pr, Trigger.COMMAND, requested_by=commenter)
+        return f"/eval {command.value} by {commenter}: evaluation {ev.id}"
+
+    # ---- check_run ------------------------------------------------------------------------------
+    def check_run(self, session: Session, payload: dict) -> str:
+        action = payload.get("action")
+        run = payload["check_run"]
+        if action == "requested_action" and (payload.get("requested_action") or {}).get("identifier") != "rerun":
+            return "unknown requested action"
+        if action not in ("rerequested", "requested_action"):
+            return f"ignored check_run.{action}"
+        ev = session.scalar(select(Evaluation).where(Evaluation.check_run_id == run["id"]))
+        if ev is None:
+            return f"check run {run['id']} is not ours"
+        pr = self.service.lock_pull(session, ev.pull_request_id)
+        if ev.head_sha != pr.head_sha:
+            return f"check run for an old head {ev.head_sha[:7]}: ignored"
+        sender = (payload.get("sender") or {}).get("login")
+        new = self.service.request_evaluation(session, pr, Trigger.CHECK_RERUN, requested_by=sender)
+        return f"re-run requested by {sender}: evaluation {new.id}"
+
+    # ---- installation ---------------------------------------------------------------------------
+    def installation(self, session: Session, payload: dict) -> str:
+        action = payload.get("action")
+        inst = self.service.upsert_installation(session, payload["installation"])
+        if action == "deleted":
+            inst.deleted_at = utcnow()
+            return f"installation {inst.id} deleted"
+        for r in payload.get("repositories") or []:
+            self.service.upsert_repository(session, r, inst.id)
+        return f"installation {inst.id} {action}"
+
+    def installation_repositories(self, session: Session, payload: dict) -> str:
+        inst = self.service.upsert_installation(session, payload["installation"])
+        for r in payload.get("repositories_added") or []:
+            self.service.upsert_repository(session, r, inst.id)
+        for r in payload.get("repositories_removed") or []:
+            row = session.get(Repository, r["id"])
+            if row is not None:
+                row.installation_id = None
+        return f"installation {inst.id}: repositories updated"
+

@@ -1,0 +1,171 @@
+"""SQLAlchemy 2 models: what the service remembers between webhooks."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Enum as SAEnum
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from bot.enums import EvalState, RoundState, Trigger
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
+
+
+def _enum(cls):
+    # Stored as the value strings ("queued"), checked by a constraint-free VARCHAR so adding a state needs no ALTER TYPE.
+    return SAEnum(cls, native_enum=False, length=32, values_callable=lambda e: [m.value for m in e],
+                  validate_strings=True)
+
+
+class Installation(Base):
+    __tablename__ = "installations"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # GitHub's id
+    account_login: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deleted_at: Mapped[datetime | None]
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # GitHub's id
+    installation_id: Mapped[int | None] = mapped_column(ForeignKey("installations.id", ondelete="SET NULL"))
+    full_name: Mapped[str] = mapped_column(String(255), unique=True)
+    clone_url: Mapped[str | None] = mapped_column(Text)
+    default_branch: Mapped[str] = mapped_column(String(255), default="main")
+
+
+class PullRequest(Base):
+    __tablename__ = "pull_requests"
+    __table_args__ = (UniqueConstraint("repository_id", "number"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    number: Mapped[int]
+    title: Mapped[str] = mapped_column(Text, default="")
+    html_url: Mapped[str | None] = mapped_column(Text)
+    author_login: Mapped[str] = mapped_column(String(255))
+    head_sha: Mapped[str] = mapped_column(String(64))
+    head_ref: Mapped[str] = mapped_column(String(255))
+    head_clone_url: Mapped[str | None] = mapped_column(Text)
+    base_ref: Mapped[str] = mapped_column(String(255))
+    base_sha: Mapped[str] = mapped_column(String(64))
+    is_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    approved_sha: Mapped[str | None] = mapped_column(String(64))  # head the approval label applies to
+    sticky_comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    awaiting_approval: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    repository: Mapped[Repository] = relationship()
+    evaluations: Mapped[list["Evaluation"]] = relationship(back_populates="pull_request",
+                                                           order_by="Evaluation.id.desc()")
+
+
+class Delivery(Base):
+    """One row per X-GitHub-Delivery: the primary key is the dedupe."""
+    __tablename__ = "deliveries"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    processed_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(Text)  # what the handler did, for operators
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pull_request_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), index=True)
+    head_sha: Mapped[str] = mapped_column(String(64))
+    base_sha: Mapped[str] = mapped_column(String(64))
+    base_ref: Mapped[str] = mapped_column(String(255))
+    state: Mapped[EvalState] = mapped_column(_enum(EvalState), default=EvalState.QUEUED, index=True)
+    trigger: Mapped[Trigger] = mapped_column(_enum(Trigger))
+    requested_by: Mapped[str | None] = mapped_column(String(255))
+    profile: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    celery_task_id: Mapped[str | None] = mapped_column(String(64))
+    check_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    worker_host: Mapped[str | None] = mapped_column(String(255))
+    verdict: Mapped[str | None] = mapped_column(String(32))
+    summary: Mapped[str | None] = mapped_column(Text)
+    best_speedup: Mapped[float | None] = mapped_column(Float)
+    infra_kind: Mapped[str | None] = mapped_column(String(64))
+    infra_detail: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # EvalResult.to_dict() as received
+
+    pull_request: Mapped[PullRequest] = relationship(back_populates="evaluations")
+    gates: Mapped[list["GateResultRow"]] = relationship(cascade="all, delete-orphan")
+    guards: Mapped[list["GuardResultRow"]] = relationship(cascade="all, delete-orphan")
+    receipt: Mapped["Receipt | None"] = relationship(cascade="all, delete-orphan")
+
+
+class GateResultRow(Base):
+    __tablename__ = "gate_results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    gate: Mapped[str] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(64))
+    base_median: Mapped[float | None] = mapped_column(Float)
+    head_median: Mapped[float | None] = mapped_column(Float)
+    rel_change: Mapped[float | None] = mapped_column(Float)
+    ci_low: Mapped[float | None] = mapped_column(Float)
+    ci_high: Mapped[float | None] = mapped_column(Float)
+    noise_floor: Mapped[float | None] = mapped_column(Float)
+    significant: Mapped[bool] = mapped_column(Boolean)
+    regression: Mapped[bool] = mapped_column(Boolean)
+    scored: Mapped[bool] = mapped_column(Boolean, default=False)
+    n_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class GuardResultRow(Base):
+    __tablename__ = "guard_results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    seeds: Mapped[list[int]] = mapped_column(JSON)
+    head_top1: Mapped[float | None] = mapped_column(Float)
+    base_top1: Mapped[float | None] = mapped_column(Float)
+    head_kl: Mapped[float | None] = mapped_column(Float)
+    base_kl: Mapped[float | None] = mapped_column(Float)
+    top1_floor: Mapped[float | None] = mapped_column(Float)
+    paired_delta: Mapped[float | None] = mapped_column(Float)
+    max_drop: Mapped[float | None] = mapped_column(Float)
+    kl_bound: Mapped[float | None] = mapped_column(Float)
+    bit_identical: Mapped[bool] = mapped_column(Boolean)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Receipt(Base):
+    """Provenance and resources of one evaluation, as the worker reported them."""
+    __tablename__ = "receipts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"), unique=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Round(Base):
+    __tablename__ = "rounds"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    state: Mapped[RoundState] = mapped_column(_enum(RoundState), default=RoundState.OPEN)
+    opened_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closes_at: Mapped[datetime]
+    closed_at: Mapped[datetime | None]
+    winner_pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id", ondelete="SET NULL"))
+    winner_speedup: Mapped[float | None] = mapped_column(Float)
+    outcome: Mapped[str | None] = mapped_column(Text)

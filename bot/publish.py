@@ -1,0 +1,107 @@
+"""GitHub writes: the sticky comment, check runs, labels, merges (bot side, `publish` queue only)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from github import GithubException
+from github.Repository import Repository as GhRepository
+
+from bot.enums import CheckStatus, is_managed_label
+from bot.render import STICKY_MARKER
+
+RERUN_ACTION = {"label": "Re-run", "description": "Evaluate this commit again", "identifier": "rerun"}
+
+
+def upsert_sticky(repo: GhRepository, number: int, comment_id: int | None, body: str) -> int:
+    """Edit our one comment on the PR in place (create it the first time); returns its id."""
+    issue = repo.get_issue(number)
+    if comment_id is not None:
+        try:
+            issue.get_comment(comment_id).edit(body)
+            return comment_id
+        except GithubException as exc:
+            if exc.status != 404:  # someone deleted it: fall through and recreate
+                raise
+    else:
+        # The database may have been reset: adopt an existing sticky comment rather than add a second one.
+        for comment in issue.get_comments():
+            if (comment.body or "").startswith(STICKY_MARKER):
+                comment.edit(body)
+                return comment.id
+    return issue.create_comment(body).id
+
+
+def reply(repo: GhRepository, number: int, body: str) -> int:
+    return repo.get_issue(number).create_comment(body).id
+
+
+def create_check(repo: GhRepository, *, name: str, head_sha: str, external_id: str, details_url: str | None,
+                 output: dict[str, str]) -> int:
+    kwargs = {"details_url": details_url} if details_url else {}
+    run = repo.create_check_run(name=name, head_sha=head_sha, status=CheckStatus.QUEUED.value,
+                                external_id=external_id, output=output, **kwargs)
+    return run.id
+
+
+def start_check(repo: GhRepository, check_run_id: int, output: dict[str, str]) -> None:
+    repo.get_check_run(check_run_id).edit(status=CheckStatus.IN_PROGRESS.value,
+                                          started_at=datetime.now(timezone.utc), output=output)
+
+
+def complete_check(repo: GhRepository, check_run_id: int, conclusion: str, output: dict[str, str],
+                   rerun_button: bool = False) -> None:
+    kwargs = {"actions": [RERUN_ACTION]} if rerun_button else {}
+    repo.get_check_run(check_run_id).edit(status=CheckStatus.COMPLETED.value, conclusion=conclusion,
+                                          completed_at=datetime.now(timezone.utc), output=output, **kwargs)
+
+
+def replace_managed_labels(repo: GhRepository, number: int, wanted: list[str]) -> list[str]:
+    """Set our labels in one PUT (atomic on GitHub's side), keeping everyone else's; returns the new set."""
+    issue = repo.get_issue(number)
+    current = [label.name for label in issue.labels]
+    keep = [name for name in current if not is_managed_label(name)]
+    new = keep + [name for name in dict.fromkeys(wanted) if name not in keep]
+    if sorted(new) != sorted(current):
+        issue.set_labels(*new)
+    return new
+
+
+def remove_label(repo: GhRepository, number: int, name: str) -> None:
+    try:
+        repo.get_issue(number).remove_from_labels(name)
+    except GithubException as exc:
+        if exc.status != 404:
+            raise
+
+
+def add_label(repo: GhRepository, number: int, name: str) -> None:
+    repo.get_issue(number).add_to_labels(name)
+
+
+def branch_tip(repo: GhRepository, ref: str) -> str:
+    """Current SHA of a branch, via the combined-status endpoint (it resolves the ref)."""
+    return repo.get_commit(ref).get_combined_status().sha
+
+
+GREEN = {"success", "neutral", "skipped"}
+
+
+def checks_green(repo: GhRepository, sha: str, ignore_check: str | None = None) -> tuple[bool, str]:
+    """All commit statuses success and all check runs completed green (ours excluded by name)."""
+    commit = repo.get_commit(sha)
+    combined = commit.get_combined_status()
+    bad = [f"status {s.context}: {s.state}" for s in combined.statuses if s.state != "success"]
+    for run in commit.get_check_runs():
+        if run.name == ignore_check:
+            continue
+        if run.status != "completed" or run.conclusion not in GREEN:
+            bad.append(f"check {run.name}: {run.conclusion or run.status}")
+    return (not bad, "; ".join(bad) or "all green")
+
+
+def merge(repo: GhRepository, number: int, head_sha: str, method: str, title: str) -> str:
+    """Merge only if the head is still `head_sha` (GitHub refuses otherwise); returns the merge commit."""
+    status = repo.get_pull(number).merge(merge_method=method, sha=head_sha, commit_title=title)
+    if not status.merged:
+        raise RuntimeError(f"GitHub did not merge #{number}: {status.message}")
+    return status.sha

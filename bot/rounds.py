@@ -1,0 +1,155 @@
+"""Merge-first rounds: at the end of a window, merge the PR with the biggest verified speedup.
+
+A winner must be non-REJECT with a positive tier, its head unchanged since the evaluation, its
+base unchanged since then (otherwise it is re-evaluated against the fresh base first and waits
+for the next round), and every other required check green. Dry-run returns the same plan
+without writing anything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot import publish, render
+from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundState, Trigger
+from bot.models import Evaluation, PullRequest, Repository, Round, utcnow
+from bot.service import Service
+from worker.records import TIER_ORDER, Verdict
+
+WINNING = {v.value for v in TIER_ORDER if v is not Verdict.NONE}
+
+
+@dataclass
+class Step:
+    pr: int
+    action: str  # merge | skip | reevaluate | notify
+    reason: str
+
+
+@dataclass
+class RoundPlan:
+    repo: str
+    dry_run: bool
+    steps: list[Step] = field(default_factory=list)
+    winner: int | None = None
+
+    def lines(self) -> list[str]:
+        head = f"round for {self.repo}{' (dry run: nothing changed)' if self.dry_run else ''}"
+        body = [f"  #{s.pr}: {s.action} — {s.reason}" for s in self.steps] or ["  no candidates"]
+        tail = [f"  winner: #{self.winner}" if self.winner else "  no winner this round"]
+        return [head, *body, *tail]
+
+
+def candidates(session: Session, repo: Repository) -> list[tuple[PullRequest, Evaluation]]:
+    """Open PRs whose latest finished evaluation is of their current head with a positive tier, best first."""
+    out = []
+    for pr in session.scalars(select(PullRequest).where(PullRequest.repository_id == repo.id,
+                                                        PullRequest.is_open.is_(True))):
+        ev = session.scalar(select(Evaluation).where(Evaluation.pull_request_id == pr.id,
+                                                     Evaluation.state == EvalState.DONE)
+                            .order_by(Evaluation.id.desc()).limit(1))
+        if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup:
+            out.append((pr, ev))
+    return sorted(out, key=lambda item: item[1].best_speedup, reverse=True)
+
+
+def open_round(session: Session, repo: Repository, window_s: float) -> Round:
+    rnd = session.scalar(select(Round).where(Round.repository_id == repo.id, Round.state == RoundState.OPEN))
+    if rnd is None:
+        now = utcnow()
+        rnd = Round(repository_id=repo.id, opened_at=now, closes_at=now + timedelta(seconds=window_s))
+        session.add(rnd)
+        session.flush()
+    return rnd
+
+
+def close_round(session: Session, service: Service, repo: Repository, dry_run: bool) -> RoundPlan:
+    plan = RoundPlan(repo=repo.full_name, dry_run=dry_run)
+    gh = service.gh_repo(repo)
+    contenders = candidates(session, repo)
+    winner: tuple[PullRequest, Evaluation] | None = None
+    for pr, ev in contenders:
+        live = gh.get_pull(pr.number)
+        if live.state != "open":
+            plan.steps.append(Step(pr.number, "skip", "no longer open"))
+            continue
+        if live.head.sha != ev.head_sha:
+            plan.steps.append(Step(pr.number, "skip", f"head moved {ev.head_sha[:7]} → {live.head.sha[:7]} "
+                                                      "since its evaluation"))
+            continue
+        base_now = publish.branch_tip(gh, ev.base_ref)
+        if base_now != ev.base_sha:
+            plan.steps.append(Step(pr.number, "reevaluate", f"{ev.base_ref} moved {ev.base_sha[:7]} → "
+                                                            f"{base_now[:7]}: re-evaluating against it first"))
+            if not dry_run:
+                pr.base_sha = base_now
+                service.request_evaluation(session, pr, Trigger.ROUND)
+            continue
+        green, why = publish.checks_green(gh, ev.head_sha, ignore_check=service.settings.check_name)
+        if not green:
+            plan.steps.append(Step(pr.number, "skip", f"required checks not green: {why}"))
+            continue
+        winner = (pr, ev)
+        plan.winner = pr.number
+        plan.steps.append(Step(pr.number, "merge", f"biggest verified speedup {render.pct(ev.best_speedup)} "
+                                                   f"({ev.verdict}) at {ev.head_sha[:7]}"))
+        break
+    others = [(pr, ev) for pr, ev in contenders if winner is None or pr.id != winner[0].id]
+    if winner is not None:
+        plan.steps += [Step(pr.number, "notify", "main moved; re-evaluated against it") for pr, _ in others
+                       if not any(s.pr == pr.number and s.action == "reevaluate" for s in plan.steps)]
+    if dry_run:
+        return plan
+
+    rnd = open_round(session, repo, service.settings.round_window_s)
+    if winner is not None:
+        pr, ev = winner
+        result = render.run_view(ev, service.max_attempts).result
+        scored = next((g for g in (result.gates if result else []) if g.scored), None)
+        merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method,
+                                   f"{pr.title} (#{pr.number}) [merge-first]")
+        publish.add_label(gh, pr.number, MERGE_FIRST_LABEL)
+        publish.reply(gh, pr.number, render.render(
+            "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else "scored gate",
+            verdict=Verdict(ev.verdict), head_sha=ev.head_sha, base_ref=ev.base_ref, base_sha=ev.base_sha))
+        pr.is_open = False
+        rnd.winner_pull_request_id = pr.id
+        rnd.winner_speedup = ev.best_speedup
+        for other, _ in others:
+            steps = {s.action: s for s in plan.steps if s.pr == other.number}
+            if "reevaluate" in steps:
+                continue  # already queued against the fresh base
+            head_moved = "skip" in steps and "head moved" in steps["skip"].reason
+            publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
+                                                          winner_number=pr.number, needs_rebase=False))
+            if not head_moved:  # a moved head is re-evaluated by its own push event
+                other.base_sha = merged_sha
+                service.request_evaluation(session, other, Trigger.ROUND)
+    rnd.state = RoundState.CLOSED
+    rnd.closed_at = utcnow()
+    rnd.outcome = "\n".join(plan.lines())
+    open_round(session, repo, service.settings.round_window_s)  # the next window starts now
+    return plan
+
+
+def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
+    due = session.scalars(select(Round).where(Round.state == RoundState.OPEN, Round.closes_at <= utcnow()))
+    return [close_round(session, service, session.get(Repository, r.repository_id), service.settings.dry_run)
+            for r in list(due)]
+
+
+def close_round_cli(repo_full_name: str, dry_run: bool) -> int:
+    from bot.db import session_scope
+    with session_scope() as session:
+        repo = session.scalar(select(Repository).where(Repository.full_name == repo_full_name))
+        if repo is None:
+            print(f"tokengate: unknown repository {repo_full_name!r} (no webhook seen for it yet)")
+            return 2
+        plan = close_round(session, Service(), repo, dry_run=dry_run or Service().settings.dry_run)
+        if dry_run:
+            session.rollback()
+    print("\n".join(plan.lines()))
+    return 0

@@ -1,0 +1,349 @@
+"""What the bot does, independent of how it was asked: queue, supersede, cancel, publish.
+
+Every method runs inside one database session on the `publish` side (the only side with
+GitHub and database credentials). GitHub writes happen while the pull request's row is
+locked, so two publish tasks for one PR never race on its comment or labels.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timezone
+
+from celery import Celery, signature
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot import publish, render
+from bot.enums import TRANSITIONS, CheckConclusion, EvalState, Trigger
+from bot.github_client import GitHubApp, get_github_app
+from bot.labels import labels_for
+from bot.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
+                        utcnow)
+from bot.queueing import queue_info
+from bot.settings import Settings, get_settings
+from worker.celery_app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
+from worker.records import EvalResult, InfraKind, Verdict
+
+log = logging.getLogger(__name__)
+
+RESULT_TASK = "tokengate.publish_result"
+FAILURE_TASK = "tokengate.evaluation_failed"
+EARLIER_RUNS_SHOWN = 10
+
+
+_KEYS = {Installation: ("id",), Repository: ("id",), PullRequest: ("repository_id", "number")}
+
+
+class InvalidTransition(RuntimeError):
+    pass
+
+
+def transition(ev: Evaluation, new: EvalState) -> None:
+    if new not in TRANSITIONS[ev.state]:
+        raise InvalidTransition(f"evaluation {ev.id}: {ev.state.value} → {new.value} is not allowed")
+    ev.state = new
+
+
+class Service:
+    def __init__(self, settings: Settings | None = None, github: GitHubApp | None = None,
+                 celery: Celery | None = None):
+        self.settings = settings or get_settings()
+        self._github = github
+        self._celery = celery
+
+    @property
+    def github(self) -> GitHubApp:
+        if self._github is None:
+            self._github = get_github_app()
+        return self._github
+
+    @property
+    def celery(self) -> Celery:
+        if self._celery is None:
+            from bot.queue import celery_app
+            self._celery = celery_app()
+        return self._celery
+
+    @property
+    def max_attempts(self) -> int:
+        return self.settings.eval.retries + 1
+
+    # ---- GitHub handles -------------------------------------------------------------------------
+    def gh_repo(self, repo: Repository):
+        if repo.installation_id is None:
+            raise ValueError(f"{repo.full_name}: no installation on record, cannot authenticate")
+        return self.github.client(repo.installation_id).get_repo(repo.full_name)  # lazy: no request
+
+    def is_trusted(self, repo: Repository, login: str) -> bool:
+        return self.github.is_trusted(repo.installation_id, repo.full_name, login)
+
+    # ---- rows from payloads ---------------------------------------------------------------------
+    @staticmethod
+    def _ensure_row(session: Session, model, **key) -> None:
+        """INSERT … ON CONFLICT DO NOTHING: concurrent deliveries for one repository/PR never collide."""
+        dialect = session.get_bind().dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # pragma: no cover - other databases: plain insert when missing
+            if session.scalar(select(model).filter_by(**{k: v for k, v in key.items() if k in _KEYS[model]})) is None:
+                session.add(model(**key))
+                session.flush()
+            return
+        session.execute(insert(model).values(**key).on_conflict_do_nothing())
+
+    def upsert_installation(self, session: Session, payload: dict) -> Installation:
+        login = (payload.get("account") or {}).get("login", "")
+        self._ensure_row(session, Installation, id=payload["id"], account_login=login, created_at=utcnow())
+        inst = session.get(Installation, payload["id"], with_for_update=True, populate_existing=True)
+        inst.account_login = login or inst.account_login
+        inst.deleted_at = None
+        return inst
+
+    def upsert_repository(self, session: Session, payload: dict, installation_id: int | None) -> Repository:
+        if installation_id is not None:
+            self._ensure_row(session, Installation, id=installation_id,
+                             account_login=(payload.get("owner") or {}).get("login", ""), created_at=utcnow())
+        self._ensure_row(session, Repository, id=payload["id"], full_name=payload["full_name"],
+                         default_branch=payload.get("default_branch") or "main")
+        repo = session.get(Repository, payload["id"], with_for_update=True, populate_existing=True)
+        repo.full_name = payload["full_name"]
+        repo.clone_url = payload.get("clone_url") or repo.clone_url
+        repo.default_branch = payload.get("default_branch") or repo.default_branch or "main"
+        if installation_id is not None:
+            repo.installation_id = installation_id
+        return repo
+
+    def upsert_pull(self, session: Session, repo: Repository, pr: dict) -> PullRequest:
+        self._ensure_row(session, PullRequest, repository_id=repo.id, number=pr["number"],
+                         author_login=pr["user"]["login"], head_sha=pr["head"]["sha"], head_ref=pr["head"]["ref"],
+                         base_ref=pr["base"]["ref"], base_sha=pr["base"]["sha"], title="", is_open=True,
+                         awaiting_approval=False, updated_at=utcnow())
+        row = session.scalar(select(PullRequest).where(PullRequest.repository_id == repo.id,
+                                                       PullRequest.number == pr["number"])
+                             .with_for_update().execution_options(populate_existing=True))
+        row.title = pr.get("title") or ""
+        row.html_url = pr.get("html_url")
+        row.author_login = pr["user"]["login"]
+        row.head_sha = pr["head"]["sha"]
+        row.head_ref = pr["head"]["ref"]
+        row.head_clone_url = ((pr["head"].get("repo") or {}).get("clone_url"))
+        row.base_ref = pr["base"]["ref"]
+        row.base_sha = pr["base"]["sha"]
+        row.is_open = pr.get("state", "open") == "open"
+        session.flush()
+        return row
+
+    @staticmethod
+    def lock_pull(session: Session, pr_id: int) -> PullRequest:
+        return session.get(PullRequest, pr_id, with_for_update=True, populate_existing=True)
+
+    # ---- evaluations ----------------------------------------------------------------------------
+    def request_evaluation(self, session: Session, pr: PullRequest, trigger: Trigger,
+                           requested_by: str | None = None) -> Evaluation:
+        """Queue an evaluation of the PR's current head (older heads are superseded; no duplicates)."""
+        for ev in self.active(session, pr):
+            if ev.head_sha != pr.head_sha:
+                self.end(session, pr, ev, EvalState.SUPERSEDED, by=requested_by)
+            else:
+                self.refresh_sticky(session, pr)
+                return ev  # this head is already queued or running
+        ev = Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref=pr.base_ref,
+                        state=EvalState.QUEUED, trigger=trigger, requested_by=requested_by,
+                        profile=self.settings.eval.profile, attempt=1)
+        session.add(ev)
+        session.flush()
+        self._dispatch(session, pr, ev)
+        self.refresh_sticky(session, pr)
+        return ev
+
+    @staticmethod
+    def active(session: Session, pr: PullRequest) -> list[Evaluation]:
+        return list(session.scalars(select(Evaluation).where(
+            Evaluation.pull_request_id == pr.id,
+            Evaluation.state.in_([EvalState.QUEUED, EvalState.RUNNING])).order_by(Evaluation.id)))
+
+    def job(self, pr: PullRequest, ev: Evaluation) -> dict:
+        repo = pr.repository
+        return {"repo_url": repo.clone_url or pr.head_clone_url, "repo_full_name": repo.full_name,
+                "pr_number": pr.number, "base_ref": ev.base_ref, "base_sha": ev.base_sha, "head_sha": ev.head_sha,
+                "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models),
+                "attempt": ev.attempt, "eval_id": ev.id}
+
+    def _dispatch(self, session: Session, pr: PullRequest, ev: Evaluation, countdown: float = 0) -> None:
+        """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`."""
+        repo = self.gh_repo(pr.repository)
+        view = render.run_view(ev, self.max_attempts, queue_info(session, ev, self.settings.gpu_workers))
+        ev.check_run_id = publish.create_check(
+            repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
+            details_url=self._pr_url(pr), output=render.check_output(view))
+        ev.celery_task_id = str(uuid.uuid4())
+        job = self.job(pr, ev)
+        session.commit()  # the result may come back before this session would otherwise commit
+        self.celery.send_task(
+            EVALUATE_TASK, args=[job], task_id=ev.celery_task_id, queue=GPU_QUEUE, countdown=countdown or None,
+            link=signature(RESULT_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE, app=self.celery),
+            link_error=signature(FAILURE_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE,
+                                 app=self.celery))
+        # Take the PR's lock again (the commit released it) before the sticky comment is touched.
+        self.lock_pull(session, pr.id)
+
+    @staticmethod
+    def _pr_url(pr: PullRequest) -> str | None:
+        return pr.html_url
+
+    def end(self, session: Session, pr: PullRequest, ev: Evaluation, state: EvalState, by: str | None = None) -> None:
+        """Cancel or supersede an active evaluation: state, revoke, check run closed."""
+        was_running = ev.state is EvalState.RUNNING
+        transition(ev, state)
+        ev.finished_at = utcnow()
+        if state is EvalState.CANCELLED and by:
+            ev.requested_by = by
+        if ev.celery_task_id:
+            # terminate only matters for a running task (prefork pool); the result is ignored anyway.
+            self.celery.control.revoke(ev.celery_task_id, terminate=was_running)
+        if ev.check_run_id:
+            view = render.run_view(ev, self.max_attempts)
+            publish.complete_check(self.gh_repo(pr.repository), ev.check_run_id, CheckConclusion.CANCELLED.value,
+                                   render.check_output(view))
+
+    def cancel(self, session: Session, pr: PullRequest, by: str | None) -> int:
+        evs = self.active(session, pr)
+        for ev in evs:
+            self.end(session, pr, ev, EvalState.CANCELLED, by=by)
+        self.refresh_sticky(session, pr)
+        return len(evs)
+
+    # ---- results coming back from the gpu queue ---------------------------------------------------
+    def _current(self, session: Session, eval_id: int, task_id: str | None) -> tuple[Evaluation, PullRequest] | str:
+        ev = session.get(Evaluation, eval_id, with_for_update=True, populate_existing=True)
+        if ev is None:
+            return f"evaluation {eval_id} unknown"
+        pr = self.lock_pull(session, ev.pull_request_id)
+        if not ev.state.active:
+            return f"evaluation {eval_id} is {ev.state.value}: ignored"
+        if task_id is not None and task_id != ev.celery_task_id:
+            return f"evaluation {eval_id}: stale attempt {task_id} ignored"
+        if ev.head_sha != pr.head_sha:
+            return f"evaluation {eval_id}: head {ev.head_sha[:7]} is no longer current ({pr.head_sha[:7]}): ignored"
+        return ev, pr
+
+    def evaluation_started(self, session: Session, eval_id: int, hostname: str | None, task_id: str | None) -> str:
+        found = self._current(session, eval_id, task_id)
+        if isinstance(found, str):
+            return found
+        ev, pr = found
+        if ev.state is not EvalState.QUEUED:
+            return f"evaluation {eval_id} already {ev.state.value}"
+        transition(ev, EvalState.RUNNING)
+        ev.started_at = utcnow()
+        ev.worker_host = hostname
+        view = render.run_view(ev, self.max_attempts, queue_info(session, ev, self.settings.gpu_workers))
+        if ev.check_run_id:
+            publish.start_check(self.gh_repo(pr.repository), ev.check_run_id, render.check_output(view))
+        self.refresh_sticky(session, pr)
+        return f"evaluation {eval_id} running on {hostname}"
+
+    def evaluation_failed(self, session: Session, eval_id: int, task_id: str | None, detail: str) -> str:
+        """The gpu task raised or its worker died: that is INFRA, never the PR's fault."""
+        found = self._current(session, eval_id, task_id)
+        if isinstance(found, str):
+            return found
+        ev, pr = found
+        result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
+                            head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
+                            summary="The evaluation task failed before it produced a result.",
+                            infra_kind=InfraKind.INTERNAL_ERROR, infra_detail=detail[:500], attempt=ev.attempt)
+        return self._apply(session, ev, pr, result)
+
+    def publish_result(self, session: Session, result_dict: dict, eval_id: int, task_id: str | None) -> str:
+        found = self._current(session, eval_id, task_id)
+        if isinstance(found, str):
+            return found
+        ev, pr = found
+        try:
+            result = EvalResult.from_dict(result_dict)
+        except (KeyError, TypeError, ValueError) as exc:
+            result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
+                                head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
+                                summary="The evaluation returned a malformed result.",
+                                infra_kind=InfraKind.INTERNAL_ERROR, infra_detail=f"{type(exc).__name__}: {exc}",
+                                attempt=ev.attempt)
+        if result.head_sha != ev.head_sha or result.base_sha != ev.base_sha:
+            result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
+                                head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
+                                summary="The evaluation measured other revisions than requested.",
+                                infra_kind=InfraKind.INTERNAL_ERROR,
+                                infra_detail=f"asked {ev.base_sha[:7]}..{ev.head_sha[:7]}, "
+                                             f"got {result.base_sha[:7]}..{result.head_sha[:7]}",
+                                attempt=ev.attempt)
+        return self._apply(session, ev, pr, result)
+
+    def _store(self, ev: Evaluation, result: EvalResult) -> None:
+        ev.result = result.to_dict()
+        ev.verdict = result.verdict.value
+        ev.summary = result.summary
+        ev.best_speedup = result.best_speedup
+        ev.infra_kind = result.infra_kind.value if result.infra_kind else None
+        ev.infra_detail = result.infra_detail
+        ev.duration_s = result.duration_s
+        if ev.duration_s is None and ev.started_at is not None:
+            started = ev.started_at if ev.started_at.tzinfo else ev.started_at.replace(tzinfo=timezone.utc)
+            ev.duration_s = (utcnow() - started).total_seconds()
+        ev.gates = [GateResultRow(**vars(g)) for g in result.gates]
+        ev.guards = [GuardResultRow(**vars(g)) for g in result.guards]
+        if result.receipt:
+            if ev.receipt is None:
+                ev.receipt = Receipt(data=result.receipt)
+            else:
+                ev.receipt.data = result.receipt
+
+    def _apply(self, session: Session, ev: Evaluation, pr: PullRequest, result: EvalResult) -> str:
+        repo = self.gh_repo(pr.repository)
+        self._store(ev, result)
+        infra = result.verdict is Verdict.INFRA
+        if infra and ev.attempt < self.max_attempts:
+            # Not the PR's fault: say so on the check (action_required) and try again after a backoff.
+            old_check = ev.check_run_id
+            transition(ev, EvalState.QUEUED)
+            ev.attempt += 1
+            ev.started_at = None
+            view = render.run_view(ev, self.max_attempts)
+            if old_check:
+                publish.complete_check(repo, old_check, CheckConclusion.ACTION_REQUIRED.value,
+                                       render.check_output(view), rerun_button=False)
+            publish.replace_managed_labels(repo, pr.number, labels_for(result, self.settings.eval))
+            self.refresh_sticky(session, pr)
+            self._dispatch(session, pr, ev, countdown=self.settings.eval.retry_backoff_s * (ev.attempt - 1))
+            return f"evaluation {ev.id}: INFRA ({ev.infra_kind}), retry {ev.attempt}/{self.max_attempts} queued"
+        transition(ev, EvalState.INFRA if infra else EvalState.DONE)
+        ev.finished_at = utcnow()
+        view = render.run_view(ev, self.max_attempts)
+        if ev.check_run_id:
+            publish.complete_check(repo, ev.check_run_id, render.conclusion_for(view), render.check_output(view),
+                                   rerun_button=infra)
+        publish.replace_managed_labels(repo, pr.number, labels_for(result, self.settings.eval))
+        self.refresh_sticky(session, pr)
+        return f"evaluation {ev.id}: {result.verdict.value}"
+
+    # ---- the sticky comment -----------------------------------------------------------------------
+    def refresh_sticky(self, session: Session, pr: PullRequest) -> None:
+        evs = list(session.scalars(select(Evaluation).where(Evaluation.pull_request_id == pr.id)
+                                   .order_by(Evaluation.id.desc()).limit(EARLIER_RUNS_SHOWN + 1)))
+        current = None
+        if evs:
+            current = render.run_view(evs[0], self.max_attempts,
+                                      queue_info(session, evs[0], self.settings.gpu_workers))
+        earlier = [render.run_view(e, self.max_attempts) for e in evs[1:]]
+        if current is None and not pr.awaiting_approval:
+            return  # nothing to say yet
+        body = render.sticky_comment(current=current, earlier=earlier, awaiting_approval=pr.awaiting_approval,
+                                     approval_label=self.settings.approval_label, head_sha=pr.head_sha,
+                                     models=list(self.settings.models))
+        pr.sticky_comment_id = publish.upsert_sticky(self.gh_repo(pr.repository), pr.number, pr.sticky_comment_id,
+                                                     body)
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)

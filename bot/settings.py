@@ -1,0 +1,102 @@
+"""The service's one settings object (pydantic-settings, read lazily: nothing reads the environment at import).
+
+Environment variables use the prefix `TOKENGATE_` (nested: `TOKENGATE_EVAL__PROFILE=full`).
+Secrets may come from files (`TOKENGATE_PRIVATE_KEY_PATH`) so they never sit in an image.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from worker.config import EvalSettings
+
+# Values that ship in examples and must never reach production.
+PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "replace-me", "secret", "xxx", "todo", "development"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TOKENGATE_", env_nested_delimiter="__", extra="ignore")
+
+    environment: Literal["development", "test", "production"] = "development"
+    database_url: str = "sqlite:///tokengate.sqlite3"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    result_backend: str | None = None  # defaults to the broker
+    redis_key_prefix: str = ""  # isolates several deployments (or test runs) on one Redis
+
+    # GitHub App credentials (bot side only; the GPU side never sees them).
+    github_api_url: str = "https://api.github.com"
+    app_id: int | None = None
+    webhook_secret: str = "development"
+    private_key: str | None = None  # PEM text
+    private_key_path: Path | None = None
+    token_refresh_margin_s: float = Field(300.0, ge=0)  # refresh installation tokens this long before expiry
+    # PyGithub throttling (GitHub asks for >= 1 s between content-creating writes); tests set both to 0.
+    github_seconds_between_requests: float = Field(0.25, ge=0)
+    github_seconds_between_writes: float = Field(1.0, ge=0)
+
+    # Who may trigger.
+    approval_label: str = "eval-approved"
+    trusted_permissions: tuple[str, ...] = ("admin", "maintain", "write")
+    permission_cache_s: float = Field(60.0, ge=0)
+
+    # Evaluation.
+    models: tuple[str, ...] = ("qwen35-tiny",)
+    gpu_workers: int = Field(1, ge=1)  # used for the queue ETA
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    check_name: str = "tokengate"
+
+    # Merge-first rounds.
+    round_window_s: float = 7 * 24 * 3600.0
+    merge_method: Literal["merge", "squash", "rebase"] = "squash"
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _no_placeholder_secrets(self) -> "Settings":
+        if self.environment != "development" and self.webhook_secret.strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError(
+                f"TOKENGATE_WEBHOOK_SECRET is a placeholder ({self.webhook_secret!r}) "
+                f"but environment is {self.environment!r}: set a real secret"
+            )
+        return self
+
+    def private_key_pem(self) -> str:
+        """The App's private key; a clear error where the bot needs it and it is missing."""
+        if self.private_key:
+            return self.private_key
+        if self.private_key_path:
+            return self.private_key_path.read_text()
+        raise ValueError("no GitHub App private key: set TOKENGATE_PRIVATE_KEY_PATH or TOKENGATE_PRIVATE_KEY")
+
+    def require_github(self) -> None:
+        if self.app_id is None:
+            raise ValueError("TOKENGATE_APP_ID is not set")
+        self.private_key_pem()
+
+    @property
+    def backend_url(self) -> str:
+        return self.result_backend or self.broker_url
+
+
+_override: list[Settings] = []
+
+
+@functools.lru_cache(maxsize=1)
+def _from_environment() -> Settings:
+    return Settings()
+
+
+def get_settings() -> Settings:
+    """The process-wide settings: read from the environment once, on first use."""
+    return _override[0] if _override else _from_environment()
+
+
+def override_settings(settings: Settings | None) -> None:
+    """Install explicit settings (tests, CLI); None forgets them so the environment is read again."""
+    _override.clear()
+    _from_environment.cache_clear()
+    if settings is not None:
+        _override.append(settings)

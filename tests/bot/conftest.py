@@ -1,0 +1,258 @@
+"""Fixtures for the bot: a fresh PostgreSQL database and Redis namespace per test session, our own
+GitHub server per test, real git repositories as PR remotes, and a real Celery worker (in a thread)
+consuming both queues with the fake evaluation registered under the pipeline's task name."""
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+REDIS = "redis://127.0.0.1:6379"
+PAYLOADS = Path("/work/shared/github/payloads")
+if not PAYLOADS.exists():
+    PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "github" / "payloads"
+SECRET = "test-webhook-secret-" + secrets.token_hex(4)
+APP_ID = 29310
+INSTALLATION_ID = 1
+
+
+def _pg_connect(dbname: str = "postgres"):
+    import psycopg2
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=dbname, connect_timeout=3)
+    conn.autocommit = True
+    return conn
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    try:
+        conn = _pg_connect()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
+    name = f"tokengate_test_{secrets.token_hex(4)}"
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    from bot.db import engine_for
+    engine_for(f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}").dispose()
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def redis_ns():
+    """A dedicated db number and key prefix; every key under the prefix is deleted afterwards."""
+    import redis
+    db = 13
+    client = redis.Redis.from_url(f"{REDIS}/{db}")
+    try:
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
+    prefix = f"tokengate-test-{secrets.token_hex(4)}:"
+    yield f"{REDIS}/{db}", prefix
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+
+
+@pytest.fixture(scope="session")
+def rsa_key():
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
+
+
+@pytest.fixture(scope="session")
+def migrated(pg_url):
+    from bot import migrate
+    migrate.upgrade(pg_url)
+    return pg_url
+
+
+@pytest.fixture(scope="session")
+def celery_app(redis_ns):
+    from worker import celery_app as shared
+    broker, prefix = redis_ns
+    shared.configure(broker, broker, key_prefix=prefix)
+    import bot.tasks  # noqa: F401  (publish tasks)
+    import tests.bot.fake_evaluation  # noqa: F401  (stands in for the gpu task)
+    return shared.app
+
+
+@pytest.fixture(scope="session")
+def celery_worker(celery_app):
+    """One real worker thread consuming `gpu` and `publish` (threads pool: a running evaluation does not
+    block publishing)."""
+    from celery.contrib.testing.worker import start_worker
+    with start_worker(celery_app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING",
+                      queues=["gpu", "publish"], shutdown_timeout=30) as worker:
+        yield worker
+
+
+@dataclass
+class Remote:
+    """A real git repository standing in for the PR's remote."""
+    path: Path
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", "-C", str(self.path), *args], check=True, capture_output=True,
+                               text=True).stdout.strip()
+
+    def commit(self, branch: str, message: str, base: str | None = None) -> str:
+        """Add a commit on `branch` (created from `base` when new); returns its SHA."""
+        exists = subprocess.run(["git", "-C", str(self.path), "rev-parse", "--verify", "-q", branch],
+                                capture_output=True).returncode == 0
+        self.git("checkout", "-q", branch if exists else "-b", *( [] if exists else [branch, base or "main"]))
+        f = self.path / f"{branch.replace('/', '_')}.txt"
+        f.write_text(f.read_text() + message + "\n" if f.exists() else message + "\n")
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        sha = self.git("rev-parse", "HEAD")
+        self.git("checkout", "-q", "main")
+        return sha
+
+
+@pytest.fixture
+def remote(tmp_path) -> Remote:
+    path = tmp_path / "Hello-World"
+    path.mkdir()
+    r = Remote(path)
+    r.git("init", "-q", "-b", "main")
+    r.git("config", "user.email", "ci@example.com")
+    r.git("config", "user.name", "CI")
+    (path / "README.md").write_text("hello\n")
+    r.git("add", "-A")
+    r.git("commit", "-q", "-m", "initial")
+    return r
+
+
+@pytest.fixture
+def github(rsa_key, remote):
+    from tests.bot.github_server import FakeGitHub
+    server = FakeGitHub(app_id=APP_ID, public_key_pem=rsa_key[1], installation_id=INSTALLATION_ID).start()
+    repo = server.add_repo("Codertocat", "Hello-World", remote.path)
+    repo.permissions.update({"codertocat": "admin", "maintainer": "maintain", "outsider": "read"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(migrated, redis_ns, rsa_key, github, celery_app):
+    """Service settings pointing at this test's GitHub server, the session's database and Redis."""
+    from bot.github_client import reset_github_app
+    from bot.settings import Settings, override_settings
+    from worker.config import EvalSettings
+    broker, prefix = redis_ns
+    s = Settings(environment="test", database_url=migrated, broker_url=broker, redis_key_prefix=prefix,
+                 webhook_secret=SECRET, app_id=APP_ID, private_key=rsa_key[0], github_api_url=github.base_url,
+                 github_seconds_between_requests=0, github_seconds_between_writes=0, permission_cache_s=30,
+                 eval=EvalSettings(retries=1, retry_backoff_s=0.0))
+    override_settings(s)
+    reset_github_app()
+    _truncate(migrated)
+    yield s
+    override_settings(None)
+    reset_github_app()
+
+
+def _truncate(url: str) -> None:
+    from sqlalchemy import text
+
+    from bot.db import engine_for
+    from bot.models import Base
+    names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with engine_for(url).begin() as conn:
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
+# ---- webhook helpers ------------------------------------------------------------------------------
+
+def load_payload(name: str) -> dict:
+    return json.loads((PAYLOADS / f"{name}.json").read_text())
+
+
+def pr_payload(github, remote: Remote, action: str, *, number: int = 2, author: str = "Codertocat",
+               head_ref: str = "changes", sender: str | None = None, labels=(), label: str | None = None) -> dict:
+    """GitHub's pull_request example, re-pointed at our server's repository and real git SHAs."""
+    from tests.bot.github_server import PullState
+    repo = github.repos["codertocat/hello-world"]
+    pr = repo.pulls.setdefault(number, PullState(number=number, title=f"PR {number}", author=author,
+                                                 head_ref=head_ref, base_ref="main"))
+    pr.labels = list(dict.fromkeys([*pr.labels, *labels]))
+    payload = load_payload(f"pull_request.{action if action != 'synchronize' else 'synchronize'}")
+    payload["action"] = action
+    body = github._urls(github._pull_json(repo, pr))
+    payload["pull_request"] = body
+    payload["number"] = number
+    payload["repository"] = github._urls(github._repo_json(repo))
+    payload["installation"] = {"id": INSTALLATION_ID, "node_id": "x"}
+    payload["sender"] = github._user(sender or author)
+    if label:
+        payload["label"] = github._label_json(label)
+    return payload
+
+
+def comment_payload(github, number: int, body: str, login: str) -> dict:
+    """issue_comment.created on a pull request (derived: the shared example is on a plain issue)."""
+    repo = github.repos["codertocat/hello-world"]
+    payload = load_payload("issue_comment.created")
+    pr = repo.pulls[number]
+    payload["issue"] = github._urls(github._issue_json(repo, pr))
+    payload["issue"]["pull_request"] = {"url": f"{github.base_url}/repos/{repo.full_name}/pulls/{number}",
+                                        "html_url": f"{github.base_url}/html/{repo.full_name}/pull/{number}",
+                                        "diff_url": None, "patch_url": None, "merged_at": None}
+    payload["comment"]["body"] = body
+    payload["comment"]["id"] = 50_000 + len(github.comments)
+    payload["comment"]["user"] = github._user(login)
+    payload["repository"] = github._urls(github._repo_json(repo))
+    payload["installation"] = {"id": INSTALLATION_ID, "node_id": "x"}
+    payload["sender"] = github._user(login)
+    return payload
+
+
+def signed_headers(body: bytes, event: str, delivery: str | None = None, secret: str = SECRET) -> dict:
+    from bot.signature import sign
+    return {"Content-Type": "application/json", "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery or str(uuid.uuid4()), "X-Hub-Signature-256": sign(secret, body),
+            "User-Agent": "GitHub-Hookshot/test"}
+
+
+@pytest.fixture
+def client(settings):
+    from fastapi.testclient import TestClient
+
+    from bot.webhook import create_app
+    with TestClient(create_app()) as c:
+        yield c
+
+
+@pytest.fixture
+def send(client):
+    """POST a signed webhook; returns the response."""
+    def _send(event: str, payload: dict, delivery: str | None = None):
+        body = json.dumps(payload).encode()
+        return client.post("/webhook", content=body, headers=signed_headers(body, event, delivery))
+    return _send
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -1,0 +1,62 @@
+"""docker-compose.yml is valid (checked by `docker-compose config`, no engine needed) and wires the service
+as intended: one-shot migration first, credentials only where they are needed, one worker per GPU."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose(tmp_path_factory) -> dict:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (Debian: apt-get install docker-compose); "
+                    "docker-compose.yml was not validated")
+    work = tmp_path_factory.mktemp("compose")
+    shutil.copy(ROOT / "docker-compose.yml", work / "docker-compose.yml")
+    shutil.copy(ROOT / ".env.example", work / ".env")
+    out = subprocess.run([binary, "config"], cwd=work, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def test_services_present(compose):
+    assert set(compose["services"]) == {"postgres", "redis", "migrate", "web", "publish-worker", "gpu-worker-0",
+                                        "gpu-worker-1"}
+
+
+def test_migration_runs_once_before_the_app(compose):
+    s = compose["services"]
+    assert s["migrate"]["command"] == ["tokengate", "db", "upgrade"] and s["migrate"]["restart"] == "no"
+    for name in ("web", "publish-worker"):
+        assert s[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_secrets_only_on_the_bot_side(compose):
+    s = compose["services"]
+    for name in ("web", "publish-worker"):
+        assert [x["source"] if isinstance(x, dict) else x for x in s[name]["secrets"]] == ["github_app_key"]
+    for name in ("gpu-worker-0", "gpu-worker-1"):
+        assert "secrets" not in s[name] and not s[name].get("env_file")
+        assert not any("SECRET" in k or "KEY" in k or "DATABASE" in k for k in s[name]["environment"])
+    lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if not line.startswith("#")]
+    assert not any(word in line for line in lines for word in ("SECRET", "PRIVATE_KEY", ".env", ".pem"))
+
+
+def test_one_worker_per_gpu(compose):
+    s = compose["services"]
+    ids = []
+    for name in ("gpu-worker-0", "gpu-worker-1"):
+        (device,) = s[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        ids += device["device_ids"]
+        assert s[name]["environment"]["TOKENGATE_HOST_GPU"] == device["device_ids"][0]
+        assert s[name]["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert "gpu" in s[name]["command"] and "--concurrency" in s[name]["command"]
+    assert sorted(ids) == ["0", "1"]

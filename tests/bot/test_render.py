@@ -1,0 +1,67 @@
+"""The words GitHub shows: verdict blocks, labels, and the committed example comments."""
+from __future__ import annotations
+
+import re
+
+from bot import render
+from bot.labels import labels_for
+from tests.bot import render_examples
+from tests.bot.fake_evaluation import result_for
+from worker.config import EvalSettings
+from worker.records import Verdict
+
+
+def test_committed_examples_are_current():
+    for name, text in render_examples.examples().items():
+        assert (render_examples.OUT / name).read_text() == text, f"re-run python -m tests.bot.render_examples ({name})"
+
+
+def test_infra_never_reads_as_a_verdict_on_the_pr():
+    text = render_examples.examples()["comment-infra.md"]
+    current = text.split("<details>")[0]
+    assert "not a verdict on your PR" in current and "REJECT" not in current
+    assert "Gave up after 3 attempts" in current and "/eval rerun" in current
+    retrying = render_examples.examples()["comment-infra-retrying.md"].split("<details>")[0]
+    assert "Retrying automatically (attempt 2 of 3)" in retrying
+
+
+def test_missing_numbers_are_said_not_invented():
+    text = render_examples.examples()["comment-infra.md"]
+    assert "?" not in text.replace("<!--", "")
+    assert not re.search(r"\| 0(\.0+)? \|", text) and "not measured: measurement discarded" in text
+
+
+def test_labels():
+    tiers = EvalSettings()
+    kw = dict(repo="r", pr=1, base_sha="b", head_sha="h")
+    assert labels_for(result_for("xl", **kw), tiers) == ["eval:XL", "eval-qwen35-tiny:XL"]
+    assert labels_for(result_for("xl", speedup=0.07, **kw), tiers) == ["eval:XL", "eval-qwen35-tiny:M"]
+    assert labels_for(result_for("slow", **kw), tiers) == ["eval:REJECT", "eval-qwen35-tiny:REJECT",
+                                                         "regression-qwen35-tiny-decode@4096"]
+    assert labels_for(result_for("infra", **kw), tiers) == ["eval:INFRA"]
+    assert labels_for(result_for("none", **kw), tiers) == ["eval:none", "eval-qwen35-tiny:none"]
+
+
+def test_check_conclusions():
+    from bot.enums import check_conclusion
+    assert check_conclusion(Verdict.INFRA).value == "action_required"
+    assert check_conclusion(Verdict.BUILD_FAILED).value == "failure"
+    assert check_conclusion(Verdict.NONE).value == "neutral"
+    assert check_conclusion(Verdict.S).value == "success"
+
+
+def test_command_parsing():
+    from bot.enums import Command
+    from bot.handlers import parse_command
+    assert parse_command("/eval") is Command.EVAL
+    assert parse_command("LGTM\n/eval rerun\nthanks") is Command.RERUN
+    assert parse_command("/eval cancel") is Command.CANCEL
+    assert parse_command("/eval status ") is Command.STATUS
+    assert parse_command("/eval destroy") is None
+    assert parse_command("please /eval this") is None
+    assert parse_command(None) is None
+
+
+def test_pct_formats():
+    assert render.pct(0.4521) == "+45.2%" and render.pct(-0.081) == "-8.1%"
+    assert render.pct(None, "timeout") == "n/a (timeout)" and render.pct(float("nan")) == "n/a"

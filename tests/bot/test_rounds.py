@@ -1,0 +1,96 @@
+"""Merge-first: the biggest verified speedup wins; a moved head or base, or a red check, disqualifies."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from bot.db import session_scope
+from bot.enums import RoundState
+from bot.models import Repository, Round
+from bot.rounds import close_round
+from bot.service import Service
+from tests.bot.conftest import pr_payload, wait_until
+from tests.bot.helpers import evaluations, finished
+
+pytestmark = pytest.mark.services
+
+WRITES = ("pulls/merge", "issues/create-comment", "issues/update-comment", "issues/set-labels", "issues/add-labels",
+          "checks/create", "checks/update")
+
+
+def open_three(github, remote, send):
+    """PR 2: +45 %, PR 3: +60 %, PR 4: within noise — all evaluated."""
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)"), (4, "c", "tidy")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+
+
+def close(dry_run: bool):
+    with session_scope() as s:
+        repo = s.scalar(select(Repository))
+        plan = close_round(s, Service(), repo, dry_run=dry_run)
+        if dry_run:
+            s.rollback()
+    return plan
+
+
+def writes(github) -> int:
+    return sum(1 for r in github.requests if r.operation in WRITES)
+
+
+def test_biggest_speedup_is_merged_others_told(settings, celery_worker, github, remote, send):
+    open_three(github, remote, send)
+    repo = github.repos["codertocat/hello-world"]
+    before = writes(github)
+    dry = close(dry_run=True)
+    assert dry.winner == 3 and writes(github) == before  # dry run: same plan, nothing written
+    assert repo.pulls[3].state == "open"
+
+    main_before = remote.git("rev-parse", "main")
+    plan = close(dry_run=False)
+    assert plan.winner == 3
+    assert [s.action for s in plan.steps] == ["merge", "notify"]  # #4 (no speedup) is not a contender
+    merge = github.requests_for("pulls/merge")[0]
+    assert merge.body["sha"] == remote.git("rev-parse", "b")
+    assert repo.pulls[3].merged and remote.git("rev-parse", "main") != main_before
+    assert "merge-first" in repo.pulls[3].labels
+    assert any("merge-first winner" in c["body"] and "+60.0%" in c["body"] for c in github.comments_on(repo, 3))
+    assert any("moved" in c["body"] and "#3" in c["body"] for c in github.comments_on(repo, 2))
+    # #2 is re-evaluated against the new main.
+    wait_until(lambda: len(evaluations()) == 4 and not evaluations()[-1].state.active, what="re-evaluation of #2")
+    assert evaluations()[-1].base_sha == remote.git("rev-parse", "main")
+    with session_scope() as s:
+        states = [r.state for r in s.scalars(select(Round).order_by(Round.id))]
+    assert states == [RoundState.CLOSED, RoundState.OPEN]
+
+
+def test_moved_head_or_red_check_disqualifies(settings, celery_worker, github, remote, send):
+    open_three(github, remote, send)
+    repo = github.repos["codertocat/hello-world"]
+    remote.commit("b", "one more thing")  # #3's head moved since its evaluation (webhook not yet seen)
+    repo.other_checks[remote.git("rev-parse", "a")] = [{"name": "ci/tests", "status": "completed",
+                                                       "conclusion": "failure"}]
+    plan = close(dry_run=False)
+    assert plan.winner is None
+    reasons = {s.pr: s.reason for s in plan.steps}
+    assert "head moved" in reasons[3] and "ci/tests: failure" in reasons[2]
+    assert github.requests_for("pulls/merge") == []
+
+    repo.other_checks.clear()
+    plan = close(dry_run=False)
+    assert plan.winner == 2  # #3 still has an unevaluated head
+
+
+def test_moved_base_means_reevaluation_not_merge(settings, celery_worker, github, remote, send):
+    open_three(github, remote, send)
+    remote.commit("main", "someone merged something")
+    plan = close(dry_run=False)
+    assert plan.winner is None and github.requests_for("pulls/merge") == []
+    assert {s.pr: s.action for s in plan.steps} == {3: "reevaluate", 2: "reevaluate"}
+    wait_until(lambda: len(evaluations()) == 5 and all(not e.state.active for e in evaluations()),
+               what="re-evaluations against the new main")
+    new_main = remote.git("rev-parse", "main")
+    assert {e.base_sha for e in evaluations()[3:]} == {new_main}
+    plan = close(dry_run=False)
+    assert plan.winner == 3
