@@ -250,6 +250,25 @@ def calibrate_command(args, *, console=None) -> int:
     return 0
 
 
+def _delegated(add_arguments, command, prog: str):
+    def entry(argv: list[str] | None = None) -> int:
+        ap = argparse.ArgumentParser(prog=f"tokengate {prog}")
+        add_arguments(ap)
+        args = ap.parse_args(argv)
+        try:
+            return command(args)
+        except ValueError as exc:  # bad input: say it plainly
+            print(f"tokengate {prog}: {exc}", file=sys.stderr)
+            return 2
+    return entry
+
+
+# Entry points the bot's dispatcher (bot/cli.py DELEGATED) calls with the remaining argv.
+eval_main = _delegated(add_arguments_eval, eval_command, "eval")
+demo_main = _delegated(add_arguments_demo, demo_command, "demo")
+calibrate_main = _delegated(add_arguments_calibrate, calibrate_command, "calibrate")
+
+
 def main(argv=None) -> int:
     """Stand-alone entry (`python -m worker.cli eval ...`), same commands as `tokengate`."""
     ap = argparse.ArgumentParser(prog="tokengate")

@@ -313,7 +313,7 @@ class Evaluation:
                 model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
                 noise_floor=floor, significant=sig, regression=sig and c.rel_change < 0,
-                scored=spec.is_scored(g.name), n_pairs=c.n_pairs, output_agree=hc.agree))
+                scored=spec.is_scored(g.name), n_pairs=c.n_pairs))
         out.receipt["noise_floors"] = floors
         out.receipt["output_checks"] = checks_r
         return results

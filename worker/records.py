@@ -54,7 +54,6 @@ class GateResult:
     scored: bool = False  # counts towards the improvement tier
     n_pairs: int = 0
     reason: str | None = None  # why a value is null
-    output_agree: float | None = None  # head's timed outputs vs the trusted reference (teacher-forced)
 
 
 @dataclass
