@@ -127,17 +127,31 @@ def spawn(argv: list[str], spec: SandboxSpec, *, pass_fds=(), stdin=subprocess.P
         log.close()
 
 
-def tree_pids(pid: int) -> list[int]:
+_TREE_CACHE: dict[int, tuple[float, list[int]]] = {}
+
+
+def tree_pids(pid: int, max_age_s: float = 0.0) -> list[int]:
+    """pid and its descendants (psutil scans all of /proc; callers in hot loops pass max_age_s)."""
+    import time
+
+    now = time.monotonic()
+    hit = _TREE_CACHE.get(pid)
+    if hit and now - hit[0] <= max_age_s:
+        return hit[1]
     try:
         p = psutil.Process(pid)
-        return [pid] + [c.pid for c in p.children(recursive=True)]
+        pids = [pid] + [c.pid for c in p.children(recursive=True)]
     except psutil.Error:
-        return []
+        pids = []
+    _TREE_CACHE[pid] = (now, pids)
+    if len(_TREE_CACHE) > 256:
+        _TREE_CACHE.clear()
+    return pids
 
 
 def tree_rss(pid: int) -> int | None:
     total = 0
-    for q in tree_pids(pid):
+    for q in tree_pids(pid, max_age_s=2.0):
         try:
             total += psutil.Process(q).memory_info().rss
         except psutil.Error:
@@ -179,7 +193,7 @@ def tree_usage(pid: int) -> dict:
 def tree_oncpu_ns(pid: int) -> int | None:
     """Nanoseconds the tree's threads have run on a CPU (/proc/<pid>/task/*/schedstat)."""
     total, seen = 0, False
-    for q in tree_pids(pid):
+    for q in tree_pids(pid, max_age_s=2.0):
         try:
             tasks = os.listdir(f"/proc/{q}/task")
         except OSError:

@@ -238,8 +238,12 @@ class RevisionProcess:
                                 f"{self.memory_limit_bytes >> 20} MiB limit; killed", self.log_tail())
 
     def _died(self, phase: str):
-        sandbox.kill_tree(self.proc)  # the pipe closed: make sure nothing of it lingers
-        self._reap()
+        deadline = time.monotonic() + 2.0  # the channel closed: give it a moment to exit by itself
+        while not self._reap(block=False) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.proc.returncode is None:
+            sandbox.kill_tree(self.proc)  # make sure nothing of it lingers
+            self._reap()
         code = self.proc.returncode
         tail = self.log_tail()
         kind = "oom" if ("MemoryError" in tail or "out of memory" in tail.lower() or code == -9) else "crashed"
