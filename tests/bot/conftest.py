@@ -4,6 +4,7 @@ consuming both queues with the fake evaluation registered under the pipeline's t
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -15,9 +16,8 @@ import pytest
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379"
-PAYLOADS = Path("/work/shared/github/payloads")
-if not PAYLOADS.exists():
-    PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "github" / "payloads"
+SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+PAYLOADS = SHARED / "github" / "payloads"
 SECRET = "test-webhook-secret-" + secrets.token_hex(4)
 APP_ID = 29310
 INSTALLATION_ID = 1

@@ -1,6 +1,6 @@
 """A GitHub REST server of our own, on 127.0.0.1, for the endpoints the bot calls.
 
-Bodies start from GitHub's documented example responses (/work/shared/github/rest-api-subset.json)
+Bodies start from GitHub's documented example responses (shared/github/rest-api-subset.json)
 with our state written over them; every URL in them points back at this server. Branch and
 commit SHAs come from real git repositories on disk, and a merge is a real git merge. Every
 request and response is recorded so tests can assert on what the bot did (and validate the
@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -23,9 +24,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import jwt
 
-SUBSET = Path("/work/shared/github/rest-api-subset.json")
-if not SUBSET.exists():  # CI checkouts carry the shared data beside the repository
-    SUBSET = Path(__file__).resolve().parents[2] / "shared" / "github" / "rest-api-subset.json"
+# shared/ lies beside the checkout (developer machines and CI alike).
+SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+SUBSET = SHARED / "github" / "rest-api-subset.json"
 
 
 def _examples() -> dict:
