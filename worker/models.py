@@ -24,9 +24,14 @@ class ResolvedModel:
 
 
 def sha256_file(path: Path) -> str:
-    """sha256 of a file, cached beside it by (size, mtime) since GGUFs can be large."""
+    """sha256 of a file, cached under the cache dir by (path, size, mtime) since GGUFs can be large.
+
+    Never written beside the model: model directories may be shared and read-only.
+    """
+    path = path.resolve()
     st = path.stat()
-    side = path.with_name(path.name + ".sha256")
+    side = cache_dir() / "sha256" / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".txt")
+    side.parent.mkdir(parents=True, exist_ok=True)
     stamp = f"{st.st_size}:{st.st_mtime_ns}"
     try:
         cached_stamp, digest = side.read_text().split()
