@@ -221,7 +221,7 @@ def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models:
                 "n": len(deltas), "floor": noise_floor(deltas, minimum=settings.noise_floor_min,
                                                         k=settings.noise_fence_k) if deltas else None,
                 "max_abs_delta": max(abs(d) for d in deltas) if deltas else None}
-    return {"host": host, "runs": len(done), "false_rejects": sum(r.verdict == Verdict.REJECT for r in done),
+    return {"host": host, "runs": len(done),
             "floors": floors, "store": str(store.path)}
 
 

@@ -329,7 +329,20 @@ class Evaluation:
             out.output_failures.append(f"{model} {gate}: head's outputs agree with the reference on "
                                        f"{head.agree:.0%} of {head.checked_tokens} tokens (< {bar:.0%})")
 
+    def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> None:
+        """NVML's per-process GPU memory of each revision's tree; the receipt keeps the maximum."""
+        if not self.profile.device.startswith("cuda"):
+            return
+        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
+        peaks = self.__dict__.setdefault("_gpu_peak", {})
+        for role, proc in procs.items():
+            if proc.proc is not None:
+                used = nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
+                if used is not None:
+                    peaks[role] = max(peaks.get(role, 0), used)
+
     def _foreign_gpu_check(self, procs: dict[str, RevisionProcess], when: str) -> None:
+        self._sample_gpu_memory(procs)
         if not self.profile.device.startswith("cuda"):
             return
         nv = telemetry.nvml(telemetry.device_index(self.profile.device))
@@ -351,6 +364,10 @@ class Evaluation:
         if not self.profile.device.startswith("cuda"):
             u["peak_gpu_memory_bytes"] = None
             u["peak_gpu_memory_reason"] = "CPU evaluation"
+        else:
+            u["peak_gpu_memory_bytes"] = getattr(self, "_gpu_peak", {}).get(proc.role)
+            if u["peak_gpu_memory_bytes"] is None:
+                u["peak_gpu_memory_reason"] = "NVML reported no per-process memory for this process"
         return u
 
     def _record_aa(self, spec: ModelSpec, out: ModelOutcome, scores) -> None:
