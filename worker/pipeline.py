@@ -156,7 +156,9 @@ class Evaluation:
                     remove_worktree(git_dir, rev)
             if not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-        receipt["resources"] = {"window": window.close().to_dict()}
+        receipt["resources"] = {"window": window.close().to_dict(),
+                                "foreign_gpu_checks": getattr(self, "_gpu_checks", None)
+                                or {"value": None, "reason": "not a CUDA evaluation"}}
         receipt["models"] = {k: v.receipt for k, v in outcomes.items()}
         result.base_sha = revs["base"].sha if "base" in revs else (self.job.base_sha or "")
         result.head_sha = revs["head"].sha if "head" in revs else (self.job.head_sha or "")
@@ -347,13 +349,23 @@ class Evaluation:
             return
         nv = telemetry.nvml(telemetry.device_index(self.profile.device))
         pids = nv.compute_pids()
+        checks = self.__dict__.setdefault("_gpu_checks", [])
         if pids is None:
+            checks.append({"when": when, "checked": False, "reason": nv.reason or "NVML process list unavailable"})
             return
+        checks.append({"when": when, "checked": True, "gpu_pids": pids})
         ours = {sandbox.os.getpid()}
         for proc in procs.values():
             if proc.proc is not None:
                 ours.update(sandbox.tree_pids(proc.proc.pid))
-        foreign = [x for x in pids if x not in ours]
+        visible = [x for x in pids if Path(f"/proc/{x}").exists()]
+        foreign = [x for x in visible if x not in ours]  # a process we can see that is not ours
+        unseen = [x for x in pids if x not in visible]
+        if unseen and not ours.intersection(pids):
+            # NVML speaks another PID namespace (the worker runs in a container): count instead.
+            live = sum(1 for proc in procs.values() if proc.proc is not None)
+            if len(unseen) > live:
+                foreign += unseen
         if foreign:
             raise infra(InfraKind.FOREIGN_GPU_PROCESS, f"{when}: foreign process(es) {foreign} on "
                                                        f"{self.profile.device}; timings would be shared")
