@@ -64,7 +64,7 @@ def make_synth(synth: dict, trusted_root: Path, timeout: float = 1800) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     cmd = [sys.executable, "-c", "import sys, runtime.cli; sys.exit(runtime.cli.main(sys.argv[1:]))", "synth", "--shape", str(synth["shape"]),
-           "--quant", str(synth["quant"]), "--seed", str(synth.get("seed", 0)), "-o", str(tmp)]
+           "--quant", str(synth["quant"]), "--seed", str(synth.get("seed", 0)), "-o", str(tmp), "--quiet"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(trusted_root),
            "HOME": str(cache_dir())}
     try:
