@@ -71,29 +71,39 @@ def _check_logits(summary: dict, role: str, what: str) -> None:
         raise infra(InfraKind.ZERO_METRIC, f"{role}: {what} returned all-zero/constant logits; nothing to measure")
 
 
-def _measure(proc: RevisionProcess, gate: GateSpec, key: str, timeout: float, phase: str,
-             clock: str = "wall") -> tuple[float, Sample]:
-    """One timed request; `clock` "wall" = parent perf_counter, "oncpu" = the tree's on-CPU time."""
-    def sample(wall: float, **kw) -> Sample:
-        secs = wall if clock == "wall" else proc.last_oncpu_s
-        if secs is None or not secs > 0:
-            raise infra(InfraKind.MISSING_METRIC, f"{proc.role} {gate.name}: {clock} clock gave {secs!r}")
-        return Sample(proc.role, gate.name, -1, key, gate.tokens / secs, secs, wall_seconds=wall, **kw)
+def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
+    secs = wall if clock == "wall" else proc.last_oncpu_s
+    if secs is None or not secs > 0:
+        raise infra(InfraKind.MISSING_METRIC, f"{proc.role} {what}: the {clock} clock gave {secs!r}")
+    return secs
 
-    if gate.metric == "prefill_tok_s":
-        resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
-        _check_logits(resp, proc.role, f"prefill@{gate.context}")
-        return wall, sample(wall, argmax=resp["argmax"])
-    resp, _ = proc.request("prefill", key=key, phase=phase, timeout=timeout)
-    _check_logits(resp, proc.role, f"prefill@{gate.context}")
-    resp, wall = proc.request("generate", n=gate.tokens, phase=phase, timeout=timeout)
-    return wall, sample(wall, ids=resp["ids"])
+
+def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
+             key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+    """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
+
+    The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
+    prompt serves both, so a decode gate costs no extra prefill when both lists share a context.
+    """
+    out = []
+    resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
+    _check_logits(resp, proc.role, f"prefill@{context}")
+    if prefill_gate is not None:
+        secs = _timed(proc, wall, clock, prefill_gate.name)
+        out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,
+                          wall_seconds=wall, argmax=resp["argmax"]))
+    if decode_gate is not None:
+        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout)
+        secs = _timed(proc, wall, clock, decode_gate.name)
+        out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
+                          wall_seconds=wall, ids=resp["ids"]))
+    return out
 
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
               clock: str = "wall", on_step=None) -> Sweep:
-    """Warm up, then `pairs` ABBA rounds over every gate; returns the parent-timed samples.
+    """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
     is robust to bursts of load from other processes; every one of them is output-checked).
@@ -102,42 +112,50 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
     roles = ("base", "head")
     for r in roles:
         procs[r].track_cpu = clock == "oncpu"
+    contexts = sorted({g.context for g in gates})
+    at = {(g.metric, g.context): g for g in gates}
 
-    def key(g, rep, i):
-        return f"{g.name}:{sweep_id}:{rep}:{i}"
+    def key(c, rep, i):
+        return f"ctx{c}:{sweep_id}:{rep}:{i}"
 
-    for g in gates:
+    for c in contexts:
         for rep in range(-warmup, pairs):
             for i in range(inner):
-                k = key(g, rep, i)
-                sweep.prompts[k] = prompt_ids(vocab, g.context, model_sha, g.name, sweep_id, rep, i)
+                k = key(c, rep, i)
+                sweep.prompts[k] = prompt_ids(vocab, c, model_sha, c, sweep_id, rep, i)
                 for r in roles:
                     procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
+
+    def measure(r, c, rep, i, phase):
+        return _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
+                        timeout, phase, clock)
+
     for rep in range(-warmup, 0):
-        for g in gates:
+        for c in contexts:
             for r in roles:
                 for i in range(inner):
-                    _measure(procs[r], g, key(g, rep, i), timeout, "warmup")
+                    measure(r, c, rep, i, "warmup")
     idle_cpu = {r: 0.0 for r in roles}  # CPU a revision used while the other one was being timed
     window = {r: 0.0 for r in roles}
     for rep in range(pairs):
-        for g in gates:
-            runs = {r: [] for r in roles}
+        for c in contexts:
+            runs: dict[tuple[str, str], list[Sample]] = {}
             for i in range(inner):  # A B B A A B ...: both sides' runs stay close in time
                 order = roles if (rep * inner + i) % 2 == 0 else roles[::-1]
                 for r in order:
                     other = procs[roles[1 - roles.index(r)]]
                     c0 = other.cpu_seconds()
-                    s = _measure(procs[r], g, key(g, rep, i), timeout, "measure", clock)[1]
+                    samples = measure(r, c, rep, i, "measure")
                     c1 = other.cpu_seconds()
                     if c0 is not None and c1 is not None:
                         idle_cpu[other.role] += c1 - c0
-                    window[r] += s.seconds
-                    s.rep = rep
-                    runs[r].append(s)
-            for r in roles:
-                sweep.samples.setdefault((r, g.name), []).append(max(runs[r], key=lambda s: s.value))
-                sweep.checked.setdefault((r, g.name), []).extend(runs[r])
+                    for s in samples:
+                        window[r] += s.seconds
+                        s.rep = rep
+                        runs.setdefault((r, s.gate), []).append(s)
+            for (r, g), rs in runs.items():
+                sweep.samples.setdefault((r, g), []).append(max(rs, key=lambda s: s.value))
+                sweep.checked.setdefault((r, g), []).extend(rs)
             if on_step:
                 on_step()
     for r in roles:

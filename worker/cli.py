@@ -134,10 +134,15 @@ def run_eval(job: Job, settings: EvalSettings, out_dir, console, **kw) -> EvalRe
 
 
 # -- commands ------------------------------------------------------------------------------------
-def eval_command(args, *, console=None, settings: EvalSettings | None = None, **eval_kw) -> int:
+def _console():
     from rich.console import Console
 
-    console = console or Console()
+    # Piped output (CI logs) gets a table wide enough to read, not rich's 80-column default.
+    return Console() if sys.stdout.isatty() else Console(width=150)
+
+
+def eval_command(args, *, console=None, settings: EvalSettings | None = None, **eval_kw) -> int:
+    console = console or _console()
     job = Job(repo=args.repo, base_ref=args.base, head_ref=args.head, profile=args.profile,
               models=_models(args), device=args.device)
     result = run_eval(job, settings or _settings(args), args.out, console, **eval_kw)
@@ -187,9 +192,7 @@ def make_demo_repo(dest: Path) -> tuple[Path, str, str]:
 
 
 def demo_command(args, *, console=None) -> int:
-    from rich.console import Console
-
-    console = console or Console()
+    console = console or _console()
     with tempfile.TemporaryDirectory(prefix="tokengate-demo-") as tmp:
         repo, base, head = make_demo_repo(Path(tmp))
         console.print(f"demo repository {repo}: branch [bold]{head}[/] makes every decode step do its work "
@@ -226,10 +229,9 @@ def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models:
 
 
 def calibrate_command(args, *, console=None) -> int:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or _console()
     settings = _settings(args)
     repo = args.repo or str(source_tree())
     t0 = time.monotonic()

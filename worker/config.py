@@ -109,10 +109,10 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
         device="cpu",
         clock="oncpu",
         models=[
-            _tiny("qwen35-tiny", "q8_0", 0, "primary", decode_contexts=[32, 128], prefill_contexts=[64, 256]),
+            _tiny("qwen35-tiny", "q8_0", 0, "primary", decode_contexts=[32, 128], prefill_contexts=[32, 128]),
             _tiny("qwen35-tiny-f32", "f32", 1, "guard"),
         ],
-        decode_tokens=8,
+        decode_tokens=6,
         pairs=5,
         inner=2,
         verify_reps=2,

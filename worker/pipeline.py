@@ -256,7 +256,7 @@ class Evaluation:
                 model_sha: str, out: ModelOutcome, sweep_id: str) -> ModelOutcome:
         """One A/B measurement of every gate: ABBA sweep, output check, statistics (into `out`)."""
         p = self.profile
-        self.progress("gates", model=spec.name, total=p.pairs * len(gates))
+        self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
         sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
                           pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
                           timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))

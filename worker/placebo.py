@@ -74,9 +74,11 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                                          ref_version=reference_version(ev.trusted_root), profile=p)
                 guard = guard_result(spec.name, scores, guard_bounds(
                     store.guard_scores(ev.host, job.profile, spec.name), len(p.seeds), settings))
-                for _ in range(min(restart_every, total - n)):
+                for j in range(min(restart_every, total - n)):
                     t0 = time.monotonic()
                     out = ModelOutcome(guard=guard)
+                    # Warm-up rounds only on a fresh process set (later sweeps find it warm).
+                    ev.profile = p.model_copy(update={"warmup": p.warmup if j == 0 else 0})
                     ev.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=f"placebo{n}")
                     for g in out.gates:
                         deltas[g.gate].append(g.rel_change)
