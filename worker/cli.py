@@ -67,7 +67,7 @@ def add_arguments_demo(p: argparse.ArgumentParser) -> None:
 def add_arguments_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", default=None, help="repository (default: this one)")
     p.add_argument("--ref", default="HEAD", help="the revision measured against itself")
-    p.add_argument("--runs", type=int, default=5, help="A/A evaluations to record")
+    p.add_argument("--runs", type=int, default=10, help="A/A evaluations to record (the floor needs >= 10 to be stable)")
     add_common(p)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import shutil
+import site
 import statistics
 import sys
 import time
@@ -104,15 +105,24 @@ class Evaluation:
         self.store = store or AAStore()
         self.eval_id = job.eval_id or uuid.uuid4().hex[:12]
         self.workdir = Path(workdir) if workdir else cache_dir() / "evals" / self.eval_id
-        self.progress = progress or _noop
+        self._user_progress = progress or _noop
+        self._deadline: float | None = None
         self.record_aa = record_aa
         self.secrets = list(secrets or [])
         self.keep_workdir = keep_workdir
         self.host = telemetry.fingerprint(prof.device)
 
+    def progress(self, event: str, **info) -> None:
+        """Report progress; also where the whole-evaluation time limit is enforced."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise infra(InfraKind.TIMEOUT, f"the evaluation ran past its {self.profile.eval_timeout_s:.0f} s limit "
+                                           f"(at: {event} {info.get('model', '')})")
+        self._user_progress(event, **info)
+
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> EvalResult:
         t0 = time.monotonic()
+        self._deadline = t0 + self.profile.eval_timeout_s
         receipt = self._receipt_head()
         window = telemetry.ResourceWindow(self.profile.device).open()
         revs: dict[str, Revision] = {}
@@ -166,17 +176,20 @@ class Evaluation:
         receipt["duration_s"] = result.duration_s
         receipt["verdict"] = result.verdict.value
         result.receipt = receipt
-        self.progress("done", verdict=result.verdict.value)
+        self._user_progress("done", verdict=result.verdict.value)
         return result
 
     # -- processes -------------------------------------------------------------------------
     def make_procs(self, revs: dict[str, Revision], model_paths: list[Path]) -> dict[str, RevisionProcess]:
         """Base, head and the trusted reference, each in its own sandboxed driver process."""
         p = self.profile
-        hide = [] if str(sys.prefix).startswith(str(Path.home())) else [Path.home()]
+        # Home is hidden (keys, tokens, config files); the Python install stays visible even if it
+        # lives there (pyenv), and so do the model files.
+        python = {Path(sys.prefix), Path(sys.base_prefix), *(Path(x) for x in site.getsitepackages())}
         common = dict(gpu=p.device.startswith("cuda"),
                       memory_limit_bytes=None if p.device.startswith("cuda") else p.memory_limit_bytes,
-                      cpus=p.cpu_set(), hide=hide, read_only=sorted({m.parent for m in model_paths}),
+                      cpus=p.cpu_set(), hide=[Path.home()],
+                      read_only=sorted({m.parent for m in model_paths} | {x for x in python if x.exists()}),
                       secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
         d = self.workdir / "proc"

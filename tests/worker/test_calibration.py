@@ -60,3 +60,12 @@ def test_checkout_of_a_missing_ref_is_infra(tmp_path, cache):
                  make_settings(_profile(tmp_path)), trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
     assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.CHECKOUT_FAILURE
     assert "no-such-branch" in r.infra_detail
+
+
+def test_whole_evaluation_time_limit_is_infra(tmp_path, cache):
+    repo = make_repo(tmp_path)
+    p = _profile(tmp_path).model_copy(update={"eval_timeout_s": 0.01})
+    r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), make_settings(p),
+                 trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
+    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.TIMEOUT, r.summary
+    assert "limit" in r.infra_detail

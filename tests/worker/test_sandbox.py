@@ -64,3 +64,15 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     assert all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z" for p in pids)
     proc.close()
     assert m.exists()
+
+
+def test_home_is_hidden_under_bwrap(tmp_path, monkeypatch):
+    if sandbox.detect_isolation().method != "bwrap":
+        pytest.skip("only bubblewrap hides paths")
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    (home / ".config" / "token").write_text("ghp_topsecret")
+    code = ("import sys\ntry:\n sys.stderr.write(open(%r).read())\nexcept OSError as e:\n sys.stderr.write('HIDDEN')"
+            % str(home / ".config" / "token"))
+    rc, out = _run(tmp_path, code, hide=[home])
+    assert "HIDDEN" in out and "topsecret" not in out
