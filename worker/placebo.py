@@ -1,10 +1,10 @@
 """Placebo study: many A/A evaluations of one revision against itself → how often it says REJECT.
 
-Each evaluation is a real A/A measurement (fresh ABBA sweep with fresh prompts, output check,
-statistics, verdict) through the same pipeline code as a PR evaluation. To stay cheap, the
-sandboxed processes are reused for `restart_every` evaluations (then restarted, so the
-per-process layout noise is in the sample too), and the accuracy guard is scored once per
-process set. The first `calibrate` evaluations only record A/A deltas (the noise floors).
+Each evaluation is a real A/A measurement through the same pipeline code as a PR evaluation:
+fresh sandboxed base and head processes, warm-up, ABBA sweep on fresh prompts, output check,
+statistics, verdict. To stay cheap, the trusted reference process lives for the whole study and
+the accuracy guard is scored once. The first `calibrate` evaluations only record A/A deltas
+(the noise floors), as `tokengate calibrate` does.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ class PlaceboReport:
         return out
 
 
-def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int = 20, calibrate: int = 8,
-                restart_every: int = 7, workdir: Path, store: AAStore, trusted_root: Path | None = None,
+def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int = 20, calibrate: int = 10,
+                workdir: Path, store: AAStore, trusted_root: Path | None = None,
                 model: str | None = None) -> PlaceboReport:
     job = Job(repo=repo, base_ref=ref, head_ref=ref, profile=settings.profile, models=[model] if model else None)
     ev = Evaluation(job, settings, trusted_root=trusted_root, store=store, workdir=workdir)
@@ -62,24 +62,41 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
     t_eval = 0.0
     n = 0
     try:
-        while n < total:
-            procs = ev.make_procs(revs, [resolved.path])
-            with ExitStack() as stack:
-                for r in ("base", "head", "reference"):
-                    stack.enter_context(procs[r])
-                ev.start(procs)
-                vocab = ev.load(spec, procs, resolved.path)
-                scores = score_revisions({"base": procs["base"], "head": procs["head"]}, procs["reference"],
-                                         vocab=vocab, model_sha=resolved.sha256,
-                                         ref_version=reference_version(ev.trusted_root), profile=p)
-                guard = guard_result(spec.name, scores, guard_bounds(
-                    store.guard_scores(ev.host, job.profile, spec.name), len(p.seeds), settings))
-                for j in range(min(restart_every, total - n)):
+        # The trusted reference lives for the whole study; base and head are fresh processes for
+        # every evaluation, as in a real one (each process pair has its own small layout bias, which
+        # is part of the A/A noise the floors must cover).
+        first = ev.make_procs(revs, [resolved.path])
+        with ExitStack() as outer:
+            reference = outer.enter_context(first["reference"])
+            reference.start(p.load_timeout_s)
+            vocab = reference.request("load", path=str(resolved.path), device=p.device,
+                                      max_context=p.max_context(spec), backend="reference", phase="load",
+                                      timeout=p.load_timeout_s)[0]["vocab_size"]
+            guard = None
+            while n < total:
+                procs = {**ev.make_procs(revs, [resolved.path]), "reference": reference}
+                for r in ("base", "head"):
+                    procs[r].workdir = workdir / "proc" / f"{r}{n}"
+                with ExitStack() as stack:
+                    for r in ("base", "head"):
+                        stack.enter_context(procs[r])
+                        procs[r].start(None)
+                    for r in ("base", "head"):
+                        procs[r].finish_start(p.load_timeout_s)
+                        procs[r].begin("load", path=str(resolved.path), device=p.device,
+                                       max_context=p.max_context(spec), backend=p.backend)
+                    for r in ("base", "head"):
+                        procs[r].finish(phase="load", timeout=p.load_timeout_s)
+                    if guard is None:
+                        scores = score_revisions({"base": procs["base"], "head": procs["head"]}, reference,
+                                                 vocab=vocab, model_sha=resolved.sha256,
+                                                 ref_version=reference_version(ev.trusted_root), profile=p)
+                        guard = guard_result(spec.name, scores, guard_bounds(
+                            store.guard_scores(ev.host, job.profile, spec.name), len(p.seeds), settings))
                     t0 = time.monotonic()
                     out = ModelOutcome(guard=guard)
-                    # Warm-up rounds only on a fresh process set (later sweeps find it warm).
-                    ev.profile = p.model_copy(update={"warmup": p.warmup if j == 0 else 0})
-                    ev.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=f"placebo{n}")
+                    ev.measure(spec, gates, procs, vocab, resolved.sha256, out,
+                               sweep_id=f"placebo{n}")
                     for g in out.gates:
                         deltas[g.gate].append(g.rel_change)
                     if n < calibrate:
