@@ -28,12 +28,14 @@ def _cpu_model() -> str | None:
 
 def _versions() -> dict:
     out = {"python": platform.python_version()}
+    from importlib import metadata
+
     for mod in ("torch", "triton", "numpy", "scipy", "gguf"):
         try:
-            out[mod] = __import__(mod).__version__
-        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            out[mod] = metadata.version(mod)
+        except metadata.PackageNotFoundError:
             out[mod] = None
-            out[f"{mod}_reason"] = f"not importable: {type(exc).__name__}"
+            out[f"{mod}_reason"] = "not installed"
     return out
 
 
