@@ -1,6 +1,6 @@
 """Decode benchmark for the Triton engine on one GPU (run by the coordinator on the device).
 
-  python bench/decode.py --models 0.8b,4b,9b --depths 0,4096,16384 --runs 5 --out "$OUT"
+  TOKENGATE_COMMIT=<sha> python bench/decode.py --models 0.8b,4b,9b --gguf 0.8b=PATH ... --out "$OUT"
 
 Per model: makes the synthetic Q4_K_M GGUF (runtime.cli synth), checks kernels against their
 naive twins at the real shapes, checks the engine against the fp32 reference (0.8B: KL, top-1,
@@ -8,8 +8,10 @@ naive twins at the real shapes, checks the engine against the fp32 reference (0.
 --runs after warm-up, with spread), the achieved weight bandwidth against a copy bandwidth
 measured in the same run, tg128 @0 of each engine variant (engine_variant_options: GEMV tile
 heuristics, accumulation, Q6_K unpacking, programmatic dependent launch, split GDN step; pick a
-subset with --engine-variants), and GEMV tile variants per matrix. Every piece runs in its own try/except;
-the receipt JSON is rewritten after each piece (to --out and bench/receipts/), a table is printed last.
+subset with --variants; the fastest one with the default's greedy tokens is timed at every depth too),
+and (--gemv-tiles) GEMV tile variants per matrix. Every piece runs in its own try/except; ONE receipt
+JSON per invocation is rewritten after each piece in --out (default $OUT) beside one log file, and a
+compact table is printed last. The git commit comes from env TOKENGATE_COMMIT when there is no .git.
 """
 from __future__ import annotations
 
@@ -30,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-LLAMA_CPP_TG128 = {  # shared/bench/llamacpp-h200-anchor.json (same synthetic shapes, H200): depth 0 / 16384
-    "0.8b": {0: 568.2, 16384: 565.5},
-    "4b": {0: 274.0},
+LLAMA_CPP_TG128 = {  # llama-bench -fa 1 on the same H200 box and synthetic files (notes/gpu-run1.md); 9B: the
+    # shared anchor (shared/bench/llamacpp-h200-anchor.json), the file was not made in that run
+    "0.8b": {0: 574.0, 4096: 577.0, 16384: 547.0},
+    "4b": {0: 274.0, 4096: 277.0, 16384: 262.0},
     "9b": {0: 212.5},
 }
-
 
 def _now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -46,17 +48,39 @@ def _err(e: BaseException) -> str:
 
 
 class Receipt:
-    def __init__(self, paths: list[Path], base: dict):
-        self.paths, self.data = paths, base
+    """ONE JSON file per invocation, rewritten in place after every piece (a crash keeps what ran)."""
+
+    def __init__(self, path: Path, base: dict):
+        self.path, self.data = path, base
 
     def save(self):
         text = json.dumps(self.data, indent=1, default=str)
-        for p in self.paths:
-            try:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(text)
-            except OSError as e:
-                print(f"could not write {p}: {e}", file=sys.stderr)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.path)
+        except OSError as e:
+            print(f"could not write {self.path}: {e}", file=sys.stderr)
+
+
+class Tee:
+    """Copy a stream into the log file (the device returns only the tail of stdout)."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log = stream, log
+
+    def write(self, text):
+        self.stream.write(text)
+        self.log.write(text)
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+        self.log.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def environment() -> dict:
@@ -64,10 +88,14 @@ def environment() -> dict:
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
     try:
-        env["git_commit"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
-    except Exception as e:
-        env["git_commit"] = None
-        env["git_commit_reason"] = _err(e)
+        env["git_commit"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                                                    stderr=subprocess.DEVNULL).strip()
+        env["git_commit_source"] = "git"
+    except Exception as e:  # the device copy has no .git: the coordinator passes the commit
+        env["git_commit"] = os.environ.get("TOKENGATE_COMMIT") or None
+        env["git_commit_source"] = "env TOKENGATE_COMMIT" if env["git_commit"] else None
+        if env["git_commit"] is None:
+            env["git_commit_reason"] = f"no git ({_err(e)}) and TOKENGATE_COMMIT unset"
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_mem_bytes=p.total_memory)
@@ -243,10 +271,12 @@ def graph_vs_eager(model, max_context: int) -> dict:
 
 
 def set_depth(eng, depth: int, method: dict) -> None:
-    """Bring the engine to `depth`: real prefill when available, else a synthetic KV fill.
+    """Bring the engine to `depth`: real prefill when it works, else a synthetic KV fill.
 
     Decode speed depends on the KV length, not the values, so random K/V rows (and the GDN
-    state as it stands) time the same kernels.
+    state as it stands) time the same kernels. A failing prefill (any exception: e.g. the
+    4B GDN scan's shared-memory limit) switches this model to the synthetic fill for good;
+    the method and the reason land in every tg128 record.
     """
     eng.reset()
     if depth == 0:
@@ -255,11 +285,15 @@ def set_depth(eng, depth: int, method: dict) -> None:
     if method.get("kind") != "synthetic_kv":
         try:
             g = torch.Generator().manual_seed(depth)
-            eng.prefill(torch.randint(0, 240000, (depth,), generator=g))
+            eng.prefill(torch.randint(0, min(240000, eng.config.vocab_size), (depth,), generator=g))
             method["kind"] = "prefill"
             return
-        except NotImplementedError as e:
-            method.update(kind="synthetic_kv", reason=_err(e))
+        except Exception as e:
+            method.update(kind="synthetic_kv", reason=f"prefill failed: {_err(e)}")
+            print(f"set_depth({depth}): prefill failed, synthetic KV fill instead: {_err(e)[:200]}", file=sys.stderr)
+            if eng.device.type == "cuda":
+                torch.cuda.synchronize()
+            eng.reset()
     for kc, vc in zip(eng.state.k_cache, eng.state.v_cache):
         kc[:depth].normal_(0, 0.5)
         vc[:depth].normal_(0, 1.0)
@@ -362,36 +396,50 @@ def engine_variant_options() -> dict:
         "gdn_split_bv64": {"gdn_block_v": 64},
         "gdn_split_bv32": {"gdn_block_v": 32},
         "gdn_split_bv16": {"gdn_block_v": 16},
+        # GEMV K-loop pipelining depth: 1 = no cp.async staging (fewer registers / smem, more
+        # programs resident), 4 = one more step of weight bytes in flight per program
+        "gemv_stages1": {"gemv_config": AutoTile(2, num_stages=1)},
+        "gemv_stages4": {"gemv_config": AutoTile(2, num_stages=4)},
+        # twice the rows per program with 8 warps: x (fp32) and the scale unpack amortised over
+        # twice the rows, twice the weight bytes per program per K step
+        "gemv_bn2_w8": {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)},
+        "gemv_bn2_w8_pdl+gdn_pdl": {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8, pdl=True), "gdn_pdl": True},
     }
 
 
-def engine_variants(eng, model, max_ctx: int, args) -> dict:
+DEFAULT_VARIANTS = "default,gemv_pdl+gdn_pdl,gdn_split_bv32,gemv_stages1,gemv_bn2_w8"
+
+
+def engine_variants(eng, model, max_ctx: int, names: list[str], runs: int) -> dict:
+    """tg128 @0 of each named variant, with its greedy tokens compared to the default engine's."""
     from runtime.triton.engine import TritonEngine
 
+    options = engine_variant_options()
+    unknown = [n for n in names if n not in options]
+    if unknown:
+        raise ValueError(f"unknown engine variants {unknown}; known: {sorted(options)}")
     out = {}
-    wanted = None if args.engine_variants in ("", "all") else set(args.engine_variants.split(","))
-    for name, opts in engine_variant_options().items():
-        if wanted is not None and name not in wanted and name != "default":
-            continue
+    ref_ids = None
+    for name in ["default"] + [n for n in names if n != "default"]:
+        opts = options[name]
         e = eng if not opts else None
+        t = time.perf_counter()
         try:
             if e is None:
                 e = TritonEngine(model, "cuda", max_ctx, **opts)
-            ids_ok = None
-            if e is not eng:  # same greedy tokens as the default engine from the same start
-                got = []
-                for x in (eng, e):
-                    x.reset()
-                    x.decode(11)
-                    got.append(x.generate_greedy(32))
-                ids_ok = got[0] == got[1]
-            res = time_tg(e, 0, args.runs)
+            e.reset()
+            e.decode(11)
+            ids = e.generate_greedy(32)
+            if ref_ids is None:
+                ref_ids = ids
+            res = time_tg(e, 0, runs)
             out[name] = {"options": {k: repr(v) for k, v in opts.items()}, "tok_s": res["median"],
-                         "spread_pct": res["spread_pct"], "same_tokens_as_default": ids_ok}
+                         "spread_pct": res["spread_pct"], "same_tokens_as_default": ids == ref_ids}
         except Exception as ex:
             out[name] = {"options": {k: repr(v) for k, v in opts.items()}, "tok_s": None, "reason": _err(ex)}
             traceback.print_exc()
         finally:
+            out[name]["seconds"] = round(time.perf_counter() - t, 1)
             if e is not None and e is not eng:
                 del e
                 torch.cuda.empty_cache()
@@ -399,7 +447,28 @@ def engine_variants(eng, model, max_ctx: int, args) -> dict:
     return out
 
 
+def best_variant(variants: dict) -> str:
+    """The fastest variant whose greedy tokens equal the default's (default when none beats it)."""
+    ok = {n: v for n, v in variants.items() if v.get("tok_s") and (n == "default" or v.get("same_tokens_as_default"))}
+    return max(ok, key=lambda n: ok[n]["tok_s"]) if ok else "default"
+
+
 # -- driver -----------------------------------------------------------------------------------
+
+
+def time_depths(eng, shape: str, args, r: dict, key: str, step, copy_bw) -> None:
+    method: dict = {}
+    tg = r.setdefault(key, {})
+    for depth in args.depths:
+        res = step(f"{key}@{depth}", lambda: time_tg(eng, depth, args.runs, method=method))
+        if res is None:
+            continue
+        tg[str(depth)] = res
+        lc = LLAMA_CPP_TG128.get(shape, {}).get(depth)
+        res["llama_cpp_tok_s"] = lc
+        res["ratio_vs_llama_cpp"] = res["median"] / lc if lc else None
+        if copy_bw:
+            res["weight_bandwidth_fraction"] = res["median"] * r["decode_weight_bytes_per_token"] / (copy_bw["TBps"] * 1e12)
 
 
 def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
@@ -439,51 +508,47 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
         step("graph_vs_eager", lambda: graph_vs_eager(model, 512))
         if shape in args.reference_shapes:
             step("reference_check", lambda: reference_check(eng, positions=args.ref_positions))
-    method: dict = {}
-    tg = r.setdefault("tg128", {})
-    for depth in args.depths:
-        res = step(f"tg128@{depth}", lambda: time_tg(eng, depth, args.runs, method=method))
-        if res is None:
-            continue
-        tg[str(depth)] = res
-        lc = LLAMA_CPP_TG128.get(shape, {}).get(depth)
-        res["llama_cpp_tok_s"] = lc
-        res["ratio_vs_llama_cpp"] = res["median"] / lc if lc else None
-        if copy_bw:
-            res["weight_bandwidth_fraction"] = res["median"] * r["decode_weight_bytes_per_token"] / (copy_bw["TBps"] * 1e12)
-        rec.save()
-    if not args.skip_engine_variants:
-        step("engine_variants", lambda: engine_variants(eng, model, max_ctx, args))
-    if not args.skip_variants:
-        var = step("gemv_variants", lambda: gemv_variants(eng))
-        if var and not args.skip_best:  # end-to-end with the best lm-head/ffn tile, if it differs
-            from runtime.kernels.gemv import GemvConfig
-
-            best = (var.get("ffn_gate+up swiglu") or {}).get("best")
-            if best and not str(best["config"][0]).startswith("auto"):
-                cfg = GemvConfig(*best["config"])
-                del eng
-                torch.cuda.empty_cache()
-                eng2 = TritonEngine(model, "cuda", max_ctx, gemv_config=cfg)
-                step("tg128@0 best_gemv_config", lambda: dict(time_tg(eng2, 0, args.runs), gemv_config=best["config"]))
+    best = "default"
+    if len(args.variants) > 1:
+        var = step("engine_variants", lambda: engine_variants(eng, model, max_ctx, args.variants, args.runs))
+        if var:
+            best = r["best_variant"] = best_variant(var)
+    time_depths(eng, shape, args, r, "tg128", step, copy_bw)
+    if best != "default":  # the winner at every depth too (one engine at a time: 9B weights twice fit, but why)
+        del eng
+        torch.cuda.empty_cache()
+        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options()[best])
+        time_depths(eng, shape, args, r, "tg128_best", step, copy_bw)
+    if args.gemv_tiles:
+        step("gemv_variants", lambda: gemv_variants(eng))
+    del eng
     torch.cuda.empty_cache()
+    rec.save()
 
 
 def print_table(rec: Receipt) -> None:
-    print("\nmodel  depth   tok/s (median, spread%)   llama.cpp   ratio   BW-frac")
+    """Compact summary, printed last (the device returns only the tail of the output)."""
     for shape, r in rec.data["models"].items():
-        for depth, t in (r.get("tg128") or {}).items():
-            ratio = f"{t['ratio_vs_llama_cpp']:.2f}" if t.get("ratio_vs_llama_cpp") else "-"
-            bw = f"{t['weight_bandwidth_fraction']:.2f}" if t.get("weight_bandwidth_fraction") else "-"
-            print(f"{shape:5} {depth:>6}   {t['median']:8.1f} ({t['spread_pct']:.1f}%)"
-                  f"         {t.get('llama_cpp_tok_s') or '-':>8}   {ratio:>5}   {bw}")
+        if r.get("engine_variants"):
+            print(f"{shape} variants tg128@0: " + ", ".join(
+                f"{n} {v['tok_s']:.1f}{'' if v.get('same_tokens_as_default') else ' (TOKENS DIFFER)'}"
+                if v.get("tok_s") else f"{n} FAIL" for n, v in r["engine_variants"].items()))
         if r.get("reference_check"):
-            print(f"{shape}: reference {r['reference_check']}")
+            rc = r["reference_check"]
+            print(f"{shape}: reference KL {rc['kl_mean']:.2e} top1 {rc['top1']:.4f} pass={rc['pass']}")
         if r.get("kernel_checks"):
             worst = max(r["kernel_checks"].items(), key=lambda kv: kv[1])
-            print(f"{shape}: worst kernel rel err {worst[0]} = {worst[1]:.2e}")
+            print(f"{shape}: worst kernel rel err {worst[0]} = {worst[1]:.2e}; graph==eager {r.get('graph_vs_eager')}")
         if r.get("errors"):
-            print(f"{shape}: errors {r['errors']}")
+            print(f"{shape}: errors " + "; ".join(f"{k}: {v[:160]}" for k, v in r["errors"].items()))
+    print("\nmodel variant                depth   tok/s   spread%  llama.cpp  ratio  BW-frac  depth-by")
+    for shape, r in rec.data["models"].items():
+        for key, label in (("tg128", "default"), ("tg128_best", r.get("best_variant", "-"))):
+            for depth, t in (r.get(key) or {}).items():
+                ratio = f"{t['ratio_vs_llama_cpp']:.2f}" if t.get("ratio_vs_llama_cpp") else "-"
+                bw = f"{t['weight_bandwidth_fraction']:.3f}" if t.get("weight_bandwidth_fraction") else "-"
+                print(f"{shape:5} {label[:22]:22} {depth:>6} {t['median']:7.1f}  {t['spread_pct']:6.1f}"
+                      f"  {t.get('llama_cpp_tok_s') or '-':>9}  {ratio:>5}  {bw:>7}  {t.get('depth_method')}")
 
 
 def main(argv=None) -> int:
@@ -494,26 +559,39 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gguf", action="append", default=[], metavar="SHAPE=PATH", help="use an existing file")
     ap.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "bench")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / ".cache" / "bench-out")))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / ".cache" / "bench-out"),
+                    help="folder for the ONE receipt JSON and the log of this run (default $OUT)")
     ap.add_argument("--reference-shapes", default="0.8b")
     ap.add_argument("--ref-positions", type=int, default=256)
     ap.add_argument("--skip-checks", action="store_true")
-    ap.add_argument("--skip-variants", action="store_true", help="skip per-matrix GEMV tile timings")
-    ap.add_argument("--skip-engine-variants", action="store_true", help="skip tg128 of the engine option variants")
-    ap.add_argument("--engine-variants", default="all",
-                    help="comma list of engine_variant_options() names to time (default all)")
-    ap.add_argument("--skip-best", action="store_true")
+    ap.add_argument("--variants", "--engine-variants", dest="variants", default=DEFAULT_VARIANTS,
+                    help="comma list of engine_variant_options() names timed at tg128@0 (greedy tokens checked "
+                         "against default); the fastest equal one is then timed at every depth. 'all' = every "
+                         f"option, 'default' = none. Default: {DEFAULT_VARIANTS}")
+    ap.add_argument("--skip-engine-variants", action="store_true", help="same as --variants default")
+    ap.add_argument("--gemv-tiles", action="store_true", help="also time GEMV tile configs per matrix (slow: compiles)")
+    ap.add_argument("--skip-variants", action="store_true", help=argparse.SUPPRESS)  # old flag: tiles are opt-in now
+    ap.add_argument("--skip-best", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-hash", action="store_true")
     args = ap.parse_args(argv)
     args.depths = [int(d) for d in args.depths.split(",") if d]
     args.reference_shapes = set(args.reference_shapes.split(","))
     args.gguf = dict(kv.split("=", 1) for kv in args.gguf)
+    if args.skip_engine_variants:
+        args.variants = "default"
+    names = list(engine_variant_options()) if args.variants == "all" else [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in engine_variant_options()]
+    if unknown:
+        ap.error(f"unknown --variants {unknown}; known: {', '.join(engine_variant_options())}")
+    args.variants = ["default"] + [n for n in names if n != "default"]
     if not torch.cuda.is_available():
         print("bench/decode.py needs a CUDA device", file=sys.stderr)
         return 2
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"decode-{stamp}.json"
-    rec = Receipt([args.out / name, ROOT / "bench" / "receipts" / name],
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = open(args.out / f"decode-{stamp}.log", "w", buffering=1)
+    sys.stdout, sys.stderr = Tee(sys.__stdout__, log), Tee(sys.__stderr__, log)
+    rec = Receipt(args.out / f"decode-{stamp}.json",
                   {"kind": "decode_bench", "started": _now(), "argv": sys.argv[1:], "env": environment(), "models": {}})
     rec.save()
     copy_bw = None
@@ -525,16 +603,22 @@ def main(argv=None) -> int:
         rec.data["copy_bandwidth_reason"] = _err(e)
     rec.save()
     for shape in [m for m in args.models.split(",") if m]:
+        t = time.perf_counter()
         try:
             run_model(shape, args, rec, copy_bw)
         except Exception as e:
             rec.data["models"].setdefault(shape, {"errors": {}})["errors"]["model"] = _err(e)
             traceback.print_exc()
+        rec.data["models"].setdefault(shape, {"errors": {}})["total_seconds"] = round(time.perf_counter() - t, 1)
         rec.save()
     rec.data["finished"] = _now()
     rec.save()
+    print(f"\nreceipt: {rec.path}  commit: {rec.data['env'].get('git_commit')}  "
+          f"copy BW: {copy_bw['TBps']:.2f} TB/s" if copy_bw else f"\nreceipt: {rec.path}")
     print_table(rec)
-    print(f"\nreceipt: {rec.paths[0]}")
+    sys.stdout.flush()
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    log.close()
     return 0
 
 

@@ -284,7 +284,9 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True}):
+        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True},
+                     {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
+                     {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}):
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)

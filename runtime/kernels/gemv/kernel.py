@@ -361,6 +361,7 @@ class GemvConfig:
     q6: int = 1  # Q6_K unpacking: 1 = 8 groups of 16 (qh read twice), 2 = qh read once (4 outputs per byte)
     pdl: bool = False  # programmatic dependent launch + L2 prefetch of the weights before waiting (sm_90)
     acc: int = 2  # 2 = per-element scaled accumulator reduced after the K loop; 1 = reduce every step
+    num_stages: int | None = None  # software-pipelining depth of the K loop (None: Triton's default, 3 on sm_90)
 
 
 @dataclass(frozen=True)
@@ -372,6 +373,9 @@ class AutoTile:
     q6: int = 1  # as GemvConfig.q6
     pdl: bool = False  # as GemvConfig.pdl
     acc: int = 2  # as GemvConfig.acc
+    num_stages: int | None = None  # as GemvConfig.num_stages
+    bn_scale: int = 1  # rows per program x this (x loads and unpack setup shared by more rows)
+    num_warps: int | None = None  # override the heuristic's warps
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -455,20 +459,30 @@ def auto_config_v2(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvC
     return GemvConfig(bn, bb, max(4, min(8, tile_bytes // 512)))
 
 
-def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
+def resolve_config(config: GemvConfig | AutoTile | None, ws: Sequence[QWeight], device,
+                   swiglu: bool = False) -> GemvConfig:
+    """The concrete tile of one launch: AutoTile picks it from the shapes (the interpreter on CPU
+    always gets INTERPRETER_CONFIG: few programs)."""
+    device = torch.device(device)
     if config is None:
-        config = INTERPRETER_CONFIG if x.device.type == "cpu" else AutoTile()
+        config = AutoTile()
     if isinstance(config, AutoTile):
-        if x.device.type == "cpu":
-            config = INTERPRETER_CONFIG
-        else:
-            tile = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
-            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6, config.pdl, config.acc)
-    cfg = config
+        if device.type == "cpu":
+            return INTERPRETER_CONFIG
+        tile = (auto_config if config.version == 1 else auto_config_v2)(ws, device, swiglu)
+        return GemvConfig(tile.block_n * config.bn_scale, tile.block_b, config.num_warps or tile.num_warps,
+                          config.q6, config.pdl, config.acc, config.num_stages)
+    return config
+
+
+def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
+    cfg = resolve_config(config, ws, x.device, swiglu)
     bn = cfg.block_n
     bb = cfg.block_b
     kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
     pdl, pdl_kw = pdl_launch(cfg.pdl, x.device, "gemv")
+    if cfg.num_stages is not None:
+        pdl_kw = dict(pdl_kw, num_stages=cfg.num_stages)
     lines = triton.next_power_of_2(max(1, max(triton.cdiv(_row_stride(w), 128) for w in ws if w.is_block)
                                        if any(w.is_block for w in ws) else 1))
     K = ws[0].cols

@@ -111,3 +111,29 @@ def test_gemv_q6_k_unpackings(device, q6, acc):
     for bn, bb in ((4, 1), (2, 2), (8, 4)):
         out = gemv(x, [w], _nan(12, device), norm_weight=nw, config=GemvConfig(bn, bb, 4, q6, acc=acc))
         assert _rel(out, ref) < 2e-5, (bn, bb, seed)
+
+
+def test_gemv_pipelining_and_wide_tiles(device):
+    """The bench's GEMV variants: num_stages 1/4 and 8-warp tiles of many rows give the same result."""
+    seed = int(torch.randint(0, 2**31, ()).item())
+    K = 512
+    ws = [random_qweight(GGMLType.Q4_K, 40, K, device, seed), random_qweight(GGMLType.Q6_K, 24, K, device, seed + 1)]
+    x = torch.randn(K, device=device)
+    ref = gemv_naive(x, ws)
+    for cfg in (GemvConfig(8, 2, 4, num_stages=1), GemvConfig(16, 2, 8, num_stages=4), GemvConfig(16, 1, 8)):
+        out = gemv(x, ws, _nan(64, device), config=cfg)
+        assert _rel(out, ref) < 2e-5, (cfg, seed)
+
+
+def test_autotile_overrides_scale_the_heuristic_tile():
+    from runtime.kernels.gemv.kernel import AutoTile, auto_config_v2, resolve_config, set_sm_count
+
+    meta = torch.device("meta")
+    set_sm_count(meta, 132)
+    w = random_qweight(GGMLType.Q4_K, 8, 2560, "cpu", 0)
+    big = type(w)(w.name, w.qtype, 9216, w.cols, torch.empty(9216, w.row_bytes, dtype=torch.uint8, device=meta))
+    base = auto_config_v2([big], meta)
+    got = resolve_config(AutoTile(2, bn_scale=2, num_warps=8, num_stages=1), [big], meta)
+    assert (got.block_n, got.block_b, got.num_warps, got.num_stages) == (2 * base.block_n, base.block_b, 8, 1)
+    assert resolve_config(AutoTile(2), [big], meta) == base
+    assert resolve_config(AutoTile(2, bn_scale=2), [w], "cpu").block_n == 512  # interpreter tile on CPU
