@@ -7,8 +7,11 @@ bf16 on the same shape, chunked GDN µs/layer vs fla, flash attention), with ker
 vs the naive.py references. Median of n ≥ 5 after warm-up (fewer only for the longest lengths,
 and then n says so), spread = (max − min) / median.
 
-A receipt JSON is rewritten after every measurement to $OUT/prefill_bench.json (when $OUT is
-set) and bench/receipts/prefill-<model>-<utc>.json. A short table is printed last.
+First (for --check-models, default 0.8b) the prefill logits are checked against the fp32 reference
+forward at the real shape (KL, top-1, finiteness; every GEMM mode, one chunk and 128-token chunks).
+ONE receipt JSON per invocation, rewritten after every measurement: <--out or $OUT or
+bench/receipts>/prefill-<models>-<utc>.json (git commit from .git, else $TOKENGATE_COMMIT).
+A compact summary table is the last stdout lines.
 
 Example (one device call, ~5–8 min):
   python bench/prefill.py --models 9b --lengths 512,4096,32768 --kernels
@@ -99,11 +102,16 @@ def _env() -> dict:
     import triton
 
     info = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
-    try:
-        info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                        text=True, timeout=10).stdout.strip() or None
-    except Exception as e:  # noqa: BLE001
-        info["commit"], info["commit_reason"] = None, repr(e)
+    info["commit"] = None
+    if (ROOT / ".git").exists():
+        try:
+            info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                            text=True, timeout=10).stdout.strip() or None
+        except Exception as e:  # noqa: BLE001
+            info["commit_reason"] = repr(e)
+    if info["commit"] is None:  # the device copy has no .git: the coordinator passes the commit
+        info["commit"] = os.environ.get("TOKENGATE_COMMIT") or None
+        info["commit_source"] = "env TOKENGATE_COMMIT" if info["commit"] else "unknown: no .git and no TOKENGATE_COMMIT"
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
         try:
@@ -116,29 +124,35 @@ def _env() -> dict:
 
 
 class Receipt:
-    dir = ROOT / "bench" / "receipts"
+    """ONE JSON file per invocation (a device call returns only a few files): <out>/prefill-<models>-<utc>.json,
+    out = --out, else $OUT, else bench/receipts. Rewritten after every measurement so a crash keeps what ran."""
 
-    def __init__(self, model: str, args):
+    def __init__(self, args):
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.paths = [self.dir / f"prefill-{model}-{stamp}.json"]
-        if os.environ.get("OUT"):
-            self.paths.append(Path(os.environ["OUT"]) / f"prefill-{model}-{stamp}.json")
-        self.data = {"kind": "prefill_bench", "model": model, "env": _env(), "args": vars(args), "results": [],
-                     "errors": []}
+        out = args.out or os.environ.get("OUT") or str(ROOT / "bench" / "receipts")
+        models = args.models.replace(",", "_")
+        self.path = Path(out) / f"prefill-{models}-{stamp}.json"
+        self.data = {"kind": "prefill_bench", "env": _env(), "args": vars(args), "models": {}}
+        self.cur = None
+
+    def model(self, shape: str) -> None:
+        self.cur = self.data["models"].setdefault(shape, {"results": [], "errors": []})
+        self.save()
 
     def add(self, rec: dict) -> None:
-        self.data["results"].append(rec)
+        self.cur["results"].append(rec)
         self.save()
 
     def error(self, what: str, e: BaseException) -> None:
-        self.data["errors"].append({"what": what, "error": repr(e)[:500], "trace": traceback.format_exc()[-2000:]})
+        self.cur["errors"].append({"what": what, "error": repr(e)[:500], "trace": traceback.format_exc()[-2000:]})
         print(f"[error] {what}: {e!r}", flush=True)
         self.save()
 
     def save(self) -> None:
-        for p in self.paths:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps(self.data, indent=1, default=str))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.path)
 
 
 # -- models --------------------------------------------------------------------------------
@@ -175,18 +189,18 @@ def load_model(shape: str, args, receipt: Receipt, max_context: int):
     t0 = time.perf_counter()
     if path is not None:
         eng = load_triton_engine(path, device=DEVICE, max_context=max_context)
-        receipt.data["engine"] = "TritonEngine"
-        receipt.data["gguf"] = {"path": str(path), "sha256": _sha256(path), "bytes": path.stat().st_size}
+        receipt.cur["engine"] = "TritonEngine"
+        receipt.cur["gguf"] = {"path": str(path), "sha256": _sha256(path), "bytes": path.stat().st_size}
     else:
         eng = random_engine(cfg_of(shape), DEVICE, max_context, seed=0)
-        receipt.data["engine"] = "StandInEngine (prefill only)"
-        receipt.data["gguf"] = {"path": None, "sha256": None,
+        receipt.cur["engine"] = "StandInEngine (prefill only)"
+        receipt.cur["gguf"] = {"path": None, "sha256": None,
                                 "reason": "no GGUF and no synth CLI: random Q4_K_M-typed weights generated on the device"}
     _sync()
-    receipt.data["load_s"] = time.perf_counter() - t0
-    receipt.data["config"] = eng.config.to_dict()
-    receipt.data["weights_bytes"] = eng.weights.nbytes
-    receipt.data["state_bytes"] = eng.state.nbytes
+    receipt.cur["load_s"] = time.perf_counter() - t0
+    receipt.cur["config"] = eng.config.to_dict()
+    receipt.cur["weights_bytes"] = eng.weights.nbytes
+    receipt.cur["state_bytes"] = eng.state.nbytes
     return eng
 
 
@@ -201,7 +215,17 @@ def _prefill_once(eng, ids) -> float:
     _sync()
     dt_s = time.perf_counter() - t0
     if not torch.isfinite(logits).all():
-        raise FloatingPointError("non-finite logits")
+        # rerun once with per-layer probes so the receipt names the first layer/buffer that went bad
+        eng.reset()
+        eng.prefill_debug = True
+        try:
+            eng.prefill(ids)
+            where = "probed rerun: every layer finite, only the logits are not"
+        except FloatingPointError as e:
+            where = str(e)
+        finally:
+            eng.prefill_debug = False
+        raise FloatingPointError(f"non-finite logits; {where}")
     return dt_s
 
 
@@ -259,6 +283,58 @@ def bench_turn2(eng, args, receipt: Receipt) -> None:
               f"{statistics.median(full)*1e3:.1f} ms", flush=True)
     except Exception as e:  # noqa: BLE001
         receipt.error("turn2", e)
+
+
+def reference_check(eng, args, receipt: Receipt) -> dict | None:
+    """Prefill (all-position logits) vs the fp32 reference forward on the same dequantized weights, at the
+    real shape: mean KL and top-1 over `--check-positions` random tokens per seed, for every GEMM mode
+    benched, once as one chunk and once in 128-token chunks. Speed numbers only count when this passes."""
+    from bench.decode import dequantized_weights
+    from runtime.models.qwen35_reference import Qwen35Reference
+
+    try:
+        ref = Qwen35Reference(eng.config, dequantized_weights(eng), device=eng.device)
+        positions = args.check_positions
+        wants = {}
+        for seed in args.check_seeds:
+            g = torch.Generator().manual_seed(seed)
+            ids = torch.randint(0, min(eng.config.vocab_size, 248044), (positions,), generator=g)
+            wants[seed] = (ids, ref.forward(ids.to(eng.device), ref.new_state(kv_capacity=positions), all_logits=True))
+        del ref
+        _sync()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+        rec = {"what": "reference_check", "positions": positions, "seeds": list(args.check_seeds), "runs": []}
+        for mode in dict.fromkeys([*args.gemm, "scratch"]):
+            for chunk in (None, 128):
+                eng.prefill_gemm, eng.prefill_chunk = mode, chunk
+                kls, agree, n, finite = [], 0, 0, True
+                for seed, (ids, want) in wants.items():
+                    eng.reset()
+                    got = eng.prefill(ids.tolist(), all_logits=True)
+                    finite &= bool(torch.isfinite(got).all())
+                    lp, lq = torch.log_softmax(want.double(), -1), torch.log_softmax(got.double(), -1)
+                    kls.append((lp.exp() * (lp - lq)).sum(-1))
+                    agree += int((want.argmax(-1) == got.argmax(-1)).sum())
+                    n += positions
+                kl = torch.cat(kls)
+                run = {"gemm": mode, "chunk": chunk or "one", "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+                       "top1": agree / n, "finite": finite,
+                       "pass": bool(finite and kl.mean() <= 0.01 and agree / n >= 0.98)}
+                rec["runs"].append(run)
+                print(f"[check {mode} chunk={run['chunk']}] KL {run['kl_mean']:.2e} top1 {run['top1']:.4f} "
+                      f"finite {finite} {'PASS' if run['pass'] else 'FAIL'}", flush=True)
+        rec["pass"] = all(r["pass"] for r in rec["runs"])
+        receipt.add(rec)
+        return rec
+    except Exception as e:  # noqa: BLE001
+        receipt.error("reference_check", e)
+        return None
+    finally:
+        eng.prefill_chunk = None
+        eng.reset()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
 
 
 # -- kernels at real shapes --------------------------------------------------------------------------
@@ -336,7 +412,7 @@ def bench_gdn(eng, args, receipt: Receipt) -> None:
                              "o_rel_err": ((out - ref).norm() / ref.norm()).item(),
                              "state_rel_err": ((state - ref_state).norm() / ref_state.norm()).item(),
                              "finite": bool(torch.isfinite(out).all() and torch.isfinite(state).all())})
-                print(f"[gdn correctness T=256] {receipt.data['results'][-1]}", flush=True)
+                print(f"[gdn correctness T=256] {receipt.cur['results'][-1]}", flush=True)
                 continue
             t = _cuda_time(lambda: gdn_chunk(u, alpha, b, ssm_a, dt_b, state, n_k_head=hk, out=out, scratch=scratch),
                            args.n_kernel)
@@ -364,7 +440,7 @@ def bench_attention(eng, args, receipt: Receipt) -> None:
                 flash_attn(q, qg, kc, vc, 0, out=out)
                 ref = flash_attn_naive(q, qg, kc, vc, 0)
                 receipt.add({"what": "flash_correctness", "T": T, "rel_err": ((out.float() - ref.float()).norm() / ref.float().norm()).item()})
-                print(f"[flash correctness T=1024] {receipt.data['results'][-1]}", flush=True)
+                print(f"[flash correctness T=1024] {receipt.cur['results'][-1]}", flush=True)
                 continue
             flops = 4.0 * hq * dh * T * T / 2  # causal: QKᵀ and PV over half the square (useful FLOPs)
             for cfg in (None, dict(BM=64, BN=64, BV=256, num_warps=8, num_stages=2),
@@ -392,7 +468,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--n-long", type=int, default=3, help="runs for 8k < L <= 64k")
     ap.add_argument("--n-huge", type=int, default=2, help="runs for L > 64k")
-    ap.add_argument("--gemm", type=lambda s: [m for m in s.split(",") if m], default=["tile", "auto"],
+    ap.add_argument("--gemm", type=lambda s: [m for m in s.split(",") if m], default=["auto", "tile"],
                     help="prefill GEMM modes to run the lengths with: tile, scratch, auto (comma list)")
     ap.add_argument("--kernels", action="store_true", help="also the kernel-level benches")
     ap.add_argument("--no-e2e", action="store_true", help="only the kernel-level benches")
@@ -406,25 +482,32 @@ def main(argv=None) -> int:
                              "BM=64:BN=128:GROUP_M=8:num_warps=4:num_stages=3",
                              "BM=256:BN=128:GROUP_M=8:num_warps=8:num_stages=3"],
                     help="extra qgemm configs timed for M > 256 (':'-separated keys, ','-separated configs)")
-    ap.add_argument("--receipt-dir", default=None, help="instead of bench/receipts (smoke runs)")
+    ap.add_argument("--out", default=None, help="directory of the ONE receipt file (default $OUT, else bench/receipts)")
+    ap.add_argument("--check-models", default="0.8b",
+                    help="models whose prefill is checked against the fp32 reference first (comma list; empty = none)")
+    ap.add_argument("--check-positions", type=int, default=512)
+    ap.add_argument("--check-seeds", type=ints, default=[0, 1])
     ap.add_argument("--device", default="cuda", help="cpu = a smoke run under the Triton interpreter (tiny shapes)")
     args = ap.parse_args(argv)
     global DEVICE
     DEVICE = args.device
     if DEVICE == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any triton import
-    if args.receipt_dir:
-        Receipt.dir = Path(args.receipt_dir)
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("prefill bench needs CUDA (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
-    table = []
+    table, checks = [], {}
+    receipt = Receipt(args)
+    check_models = [m for m in args.check_models.split(",") if m]
     for shape in [m for m in args.models.split(",") if m]:
-        receipt = Receipt(shape, args)
+        receipt.model(shape)
         eng = None
         try:
-            max_ctx = max(args.lengths + [sum(args.turn2)]) + 64
+            max_ctx = max(args.lengths + [sum(args.turn2), args.check_positions]) + 64
             eng = load_model(shape, args, receipt, max_ctx)
+            if shape in check_models:
+                rec = reference_check(eng, args, receipt)
+                checks[shape] = "error" if rec is None else ("PASS" if rec["pass"] else "FAIL")
             if not args.no_e2e:
                 for mode in args.gemm:
                     eng.prefill_gemm = mode
@@ -442,14 +525,22 @@ def main(argv=None) -> int:
             del eng
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
-        for r in receipt.data["results"]:
+        for r in receipt.cur["results"]:
             if r["what"] == "prefill":
                 table.append((f"{shape}/{r['gemm']}", r["tokens"], r["tok_s"], r["llamacpp_tok_s"], r["ratio_vs_llamacpp"],
                               r["ttft_s"]["median"], (r["peak_bytes"] or 0) / 2**30))
-        print(f"receipt: {', '.join(map(str, receipt.paths))}", flush=True)
-    print("\nmodel/gemm   tokens   ours tok/s  llama.cpp  ratio  ttft s  peak GiB")
-    for shape, L, ours, ref, ratio, ttft, peak in table:
+        for e in receipt.cur["errors"]:
+            table.append((f"{shape}/ERROR", e["what"], e["error"][:60]))
+    print(f"\nreceipt: {receipt.path}")
+    print("correctness (prefill vs fp32 reference): " + (", ".join(f"{k} {v}" for k, v in checks.items()) or "not run"))
+    print("model/gemm   tokens   ours tok/s  llama.cpp  ratio  ttft s  peak GiB")
+    for row in table:
+        if len(row) == 3:
+            print(f"{row[0]:11s} {row[1]}: {row[2]}")
+            continue
+        shape, L, ours, ref, ratio, ttft, peak = row
         print(f"{shape:11s} {L:7d} {ours:11.0f} {ref or float('nan'):10.0f} {ratio or float('nan'):6.2f} {ttft:7.3f} {peak:8.2f}")
+    sys.stdout.flush()
     return 0
 
 

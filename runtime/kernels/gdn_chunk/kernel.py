@@ -157,10 +157,25 @@ class GDNScratch:
         return 4 * n_v_head * (n_tokens * (3 * head_dim + 1) + chunks * head_dim * head_dim)
 
 
-def _pick_bv(hv: int, dv: int) -> int:
+SMEM_LIMIT = 232448  # bytes of shared memory one block may use on sm_90 (H200)
+
+
+def scan_config(hv: int, dv: int) -> dict:
+    """Launch config of _gdn_scan_kernel. num_stages=1: the chunk loop must not be software-pipelined —
+    Triton's default 3 stages buffer W, Kd and U of three chunks in shared memory (245760 B at
+    BV=32 > the 232448 B limit on H200; 57344 B with one stage, no spills; see
+    bench/prefill_compile_check.py)."""
     if interpreting():
-        return dv
-    return 32 if hv >= 32 else 16
+        return dict(BV=dv, num_warps=1, num_stages=1)
+    return dict(BV=32 if hv >= 32 else 16, num_warps=8, num_stages=1)
+
+
+def prep_config() -> dict:
+    return dict(num_warps=1 if interpreting() else 8, num_stages=1)
+
+
+def out_config(dv: int) -> dict:
+    return dict(BV=dv if interpreting() else 64, num_warps=1 if interpreting() else 8, num_stages=1)
 
 
 def gdn_chunk(
@@ -194,17 +209,16 @@ def gdn_chunk(
     flags = dot_flags()
     _gdn_prep_kernel[(triton.cdiv(t, CHUNK), hv)](
         u, alpha, b, ssm_a, dt_bias, scratch.w, scratch.u, scratch.kd, scratch.gam, t, u.stride(0), alpha.stride(0),
-        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=1 if interpreting() else 8,
+        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], **prep_config(),
     )
-    bv = _pick_bv(hv, dv)
-    warps = 1 if interpreting() else 8
-    _gdn_scan_kernel[(hv, dv // bv)](
+    scfg = scan_config(hv, dv)
+    _gdn_scan_kernel[(hv, dv // scfg["BV"])](
         scratch.w, scratch.u, scratch.kd, scratch.gam, state, scratch.h, t,
-        DK=dk, DV=dv, BV=bv, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=warps,
+        DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], **scfg,
     )
-    bvo = dv if interpreting() else 64
-    _gdn_out_kernel[(triton.cdiv(t, CHUNK), hv, dv // bvo)](
+    ocfg = out_config(dv)
+    _gdn_out_kernel[(triton.cdiv(t, CHUNK), hv, dv // ocfg["BV"])](
         u, scratch.u, scratch.gam, scratch.h, out, t, u.stride(0), out.stride(0), n_k_head, dk**-0.5,
-        DK=dk, DV=dv, BV=bvo, BT=CHUNK, F32_PREC=flags["F32_PREC"], num_warps=warps,
+        DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], **ocfg,
     )
     return out
