@@ -1,0 +1,221 @@
+"""End to end with the processes docker-compose.yml defines, started natively as subprocesses.
+
+`tokengate db upgrade` (one-shot, fresh PostgreSQL database) → `tokengate serve` (uvicorn) →
+`tokengate worker --queues publish --beat` and `tokengate worker --queues gpu` (no GitHub or
+database credentials), our GitHub REST server and a real git repository as the PR remote.
+A signed `pull_request.opened` goes over HTTP; the sticky comment, the completed check run and
+the labels must appear on the server; a `synchronize` push then edits the same comment.
+
+The evaluation is the fake (`--include tests.bot.fake_evaluation`) while the pipeline is not on
+main; TOKENGATE_E2E_EVAL=fake|real|auto chooses (auto: real when worker.tasks is importable).
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.render import STICKY_MARKER
+from bot.signature import sign
+from tests.bot.conftest import APP_ID, INSTALLATION_ID, REDIS, _pg_connect, pr_payload, wait_until
+from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+# Names a GPU worker must never see (it returns result records; the bot side publishes them).
+CREDENTIALS = ("TOKENGATE_APP_ID", "TOKENGATE_PRIVATE_KEY", "TOKENGATE_PRIVATE_KEY_PATH", "TOKENGATE_WEBHOOK_SECRET",
+               "TOKENGATE_DATABASE_URL", "POSTGRES_PASSWORD")
+WAIT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fresh_db():
+    """An empty PostgreSQL database, dropped afterwards (the migration step must build it from nothing)."""
+    try:
+        conn = _pg_connect()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
+    name = f"tokengate_e2e_{secrets.token_hex(4)}"
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@pytest.fixture
+def fresh_redis():
+    """A key prefix of its own (the in-process test worker must not steal these tasks); keys removed after."""
+    import redis
+    url = f"{REDIS}/13"
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
+    prefix = f"tokengate-e2e-{secrets.token_hex(4)}:"
+    yield url, prefix, client
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+
+
+def eval_mode() -> str:
+    import os
+    mode = os.environ.get("TOKENGATE_E2E_EVAL", "auto")
+    if mode == "auto":
+        import importlib.util
+        mode = "real" if importlib.util.find_spec("worker.tasks") else "fake"
+    return mode
+
+
+@pytest.fixture
+def stack(tmp_path, fresh_db, fresh_redis, rsa_key, github):
+    broker, prefix, _ = fresh_redis
+    secret_file = tmp_path / "secrets" / "github_app_key"
+    secret_file.parent.mkdir()
+    secret_file.write_text(rsa_key[0])
+    secret_file.chmod(0o600)
+    webhook_secret = "e2e-" + secrets.token_hex(8)
+
+    def localize(value: str) -> str:  # compose's host names and mounts → this machine
+        return (value.replace("redis://redis:6379/0", broker)
+                .replace("/run/secrets/github_app_key", str(secret_file)))
+
+    # The env file as an operator fills it from .env.example, then the test-only knobs.
+    example = parse_env_file(ENV_EXAMPLE.read_text())
+    env = {k: localize(v) for k, v in example.items()}
+    env.update(TOKENGATE_ENVIRONMENT="test", TOKENGATE_WEBHOOK_SECRET=webhook_secret, TOKENGATE_APP_ID=str(APP_ID),
+               TOKENGATE_DATABASE_URL=fresh_db, TOKENGATE_BROKER_URL=broker, POSTGRES_PASSWORD="unused-here",
+               TOKENGATE_GITHUB_API_URL=github.base_url, TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS="0",
+               TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES="0", TOKENGATE_REDIS_KEY_PREFIX=prefix,
+               TOKENGATE_EVAL__RETRY_BACKOFF_S="0")
+    assert set(example) <= set(env)
+    s = NativeStack(tmp_path / "stack", app_env=env, localize=localize,
+                    gpu_extra_env={"TOKENGATE_REDIS_KEY_PREFIX": prefix})
+    s.webhook_secret = webhook_secret
+    try:
+        yield s
+    finally:
+        s.stop_all()
+
+
+def test_compose_processes_end_to_end(stack, github, remote):
+    t0 = time.monotonic()
+    repo = github.repos["codertocat/hello-world"]
+
+    # 1. The one-shot migration against the empty database.
+    migrate = stack.run_once("migrate")
+    assert migrate.returncode == 0, migrate.stderr
+    from sqlalchemy import create_engine, inspect
+    engine = create_engine(stack.app_env["TOKENGATE_DATABASE_URL"])
+    assert {"evaluations", "deliveries", "alembic_version"} <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+    # 2. The long-running services, as compose starts them.
+    port = _free_port()
+    web = stack.start("web", replace={"--host": "127.0.0.1", "--port": str(port)})
+    publish = stack.start("publish-worker", extra=("--beat-schedule", str(stack.workdir / "beat-schedule")))
+    gpu_extra = ("--include", "tests.bot.fake_evaluation") if eval_mode() == "fake" else ()
+    gpu = stack.start("gpu-worker-0", extra=gpu_extra)
+    for proc in (publish, gpu):
+        stack.wait_for_log(proc, " ready.", timeout=WAIT_S)
+    url = f"http://127.0.0.1:{port}"
+    _wait(stack, lambda: _healthy(url), f"web app on {url}")
+
+    # The GPU side holds no credentials — checked on the live processes, not on the spec.
+    for p in gpu.tree():
+        leaked = set(p.environ()) & set(CREDENTIALS)
+        assert not leaked, f"gpu worker pid {p.pid} sees {sorted(leaked)}"
+        assert not any(stack.webhook_secret in v or "PRIVATE KEY" in v for v in p.environ().values())
+    assert set(CREDENTIALS) - {"TOKENGATE_PRIVATE_KEY"} <= set(publish.tree()[0].environ())  # the check can fail
+    t_up = time.monotonic() - t0
+
+    # 3. A signed pull_request.opened by a trusted author.
+    sha1 = remote.commit("changes", "speed up decode (xl)")
+    r = _post(url, stack.webhook_secret, "pull_request", pr_payload(github, remote, "opened"))
+    assert r.status_code == 202, r.text
+    run1 = _wait_completed_check(github, sha1, stack)
+    assert run1["conclusion"] == "success" and run1["name"] == "tokengate"
+    assert [h.get("status") for h in run1["history"]] == ["queued", "in_progress", "completed"]
+    _wait(stack, lambda: repo.pulls[2].labels == ["eval:XL", "eval-qwen35-tiny:XL"], "XL labels")
+    (comment,) = _wait_sticky(github, lambda b: "`eval:XL`" in b and sha1[:7] in b, stack)
+    t_first = time.monotonic() - t0
+
+    # 4. A new push: the same comment is edited (not a second one), labels replaced.
+    sha2 = remote.commit("changes", "refactor (slow)")
+    push = pr_payload(github, remote, "synchronize")
+    delivery = str(uuid.uuid4())
+    r = _post(url, stack.webhook_secret, "pull_request", push, delivery)
+    assert r.status_code == 202, r.text
+    run2 = _wait_completed_check(github, sha2, stack)
+    assert run2["conclusion"] == "failure" and run2["id"] != run1["id"]
+    (comment2,) = _wait_sticky(github, lambda b: "`eval:REJECT`" in b and "Earlier runs (1)" in b, stack)
+    assert comment2["id"] == comment["id"] and comment2["edits"] >= 1
+    _wait(stack, lambda: "eval:REJECT" in repo.pulls[2].labels and "eval:XL" not in repo.pulls[2].labels,
+          "REJECT label")
+    assert len(github.requests_for("issues/create-comment")) == 1
+
+    # GitHub's redelivery of that push is answered without queueing anything; a forged one is refused.
+    again = _post(url, stack.webhook_secret, "pull_request", push, delivery)
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    assert _post(url, "not-the-secret", "pull_request", push).status_code == 401
+
+    for proc in stack.procs:
+        assert proc.alive(), f"{proc.name} died:\n{proc.output()[-4000:]}"
+        assert "unregistered task" not in proc.output().lower(), f"{proc.name} got a task for the other queue"
+        assert "Traceback" not in proc.output(), f"{proc.name} logged an error:\n{proc.output()[-4000:]}"
+    print(f"native e2e ({eval_mode()}): services up {t_up:.1f} s, first verdict {t_first:.1f} s, "
+          f"total {time.monotonic() - t0:.1f} s")
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _post(url: str, secret: str, event: str, payload: dict, delivery: str | None = None) -> httpx.Response:
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": event,
+               "X-GitHub-Delivery": delivery or str(uuid.uuid4()), "X-Hub-Signature-256": sign(secret, body),
+               "User-Agent": "GitHub-Hookshot/test"}
+    return httpx.post(f"{url}/webhook", content=body, headers=headers, timeout=10)
+
+
+def _wait_completed_check(github, sha: str, stack: NativeStack) -> dict:
+    def done():
+        with github.lock:
+            runs = [r for r in github.check_runs.values() if r["head_sha"] == sha and r["status"] == "completed"]
+        return runs[0] if runs else None
+    return _wait(stack, done, f"completed check run for {sha[:7]}")
+
+
+def _wait_sticky(github, predicate, stack: NativeStack) -> list[dict]:
+    def found():
+        with github.lock:
+            ours = [dict(c) for c in github.comments.values() if c["body"].startswith(STICKY_MARKER)]
+        return ours if ours and all(predicate(c["body"]) for c in ours) else None
+    return _wait(stack, found, "sticky comment")
+
+
+def _wait(stack: NativeStack, predicate, what: str):
+    try:
+        return wait_until(predicate, timeout=WAIT_S, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{stack.logs()}") from None
