@@ -43,9 +43,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "--loglevel", args.log_level.upper(), "-n", args.name]
     if args.beat:
         if "publish" not in queues:
-            raise SystemExit("--beat belongs on the publish worker (it closes merge-first rounds)")
-        from bot.tasks import schedule_rounds
-        schedule_rounds(app)
+            raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")
+        from bot.tasks import schedule_periodic
+        schedule_periodic(app)
         argv += ["-B", "-s", args.beat_schedule]
     app.worker_main(argv)
     return 0

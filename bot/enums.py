@@ -41,6 +41,17 @@ class Trigger(str, Enum):
     RETRY = "retry"  # automatic INFRA retry
 
 
+class InfraReason(str, Enum):
+    """Why the bot itself records an INFRA result (the summary wording is in templates/infra_summary.txt.j2)."""
+    TASK_FAILED = "task_failed"  # the gpu task raised or its worker process died
+    MALFORMED_RESULT = "malformed_result"
+    WRONG_REVISIONS = "wrong_revisions"
+    WORKER_LOST = "worker_lost"  # watchdog: no heartbeat from the running task
+    MESSAGE_LOST = "message_lost"  # watchdog: a queued task is neither in the queue nor on a worker
+    RUN_TIMEOUT = "run_timeout"  # watchdog: running past the deadline
+    QUEUE_TIMEOUT = "queue_timeout"  # watchdog: waiting past the deadline
+
+
 class Command(str, Enum):
     EVAL = "eval"
     RERUN = "rerun"

@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     eval: EvalSettings = Field(default_factory=EvalSettings)
     check_name: str = "tokengate"
 
+    # Watchdog (publish worker's beat): active evaluations whose task is gone become INFRA and are retried.
+    watchdog_interval_s: float = Field(60.0, gt=0)
+    watchdog_lost_after_s: float = Field(120.0, ge=0)  # no heartbeat / no queued message for this long = lost
+    heartbeat_ttl_s: float = Field(45.0, ge=1)  # a running task's liveness key lapses this long after its worker
+    eval_deadline_s: float = Field(4 * 3600.0, gt=0)  # running longer than this is a timeout, alive or not
+    queue_deadline_s: float = Field(24 * 3600.0, gt=0)  # waiting longer than this is a timeout
+
     # Merge-first rounds.
     round_window_s: float = 7 * 24 * 3600.0
     merge_method: Literal["merge", "squash", "rebase"] = "squash"
@@ -61,6 +68,9 @@ class Settings(BaseSettings):
                 f"TOKENGATE_WEBHOOK_SECRET is a placeholder ({self.webhook_secret!r}) "
                 f"but environment is {self.environment!r}: set a real secret"
             )
+        if self.watchdog_lost_after_s < self.heartbeat_ttl_s:
+            raise ValueError(f"TOKENGATE_WATCHDOG_LOST_AFTER_S ({self.watchdog_lost_after_s}) must be at least "
+                             f"TOKENGATE_HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}): live tasks would look lost")
         return self
 
     def private_key_pem(self) -> str:

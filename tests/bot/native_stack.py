@@ -48,6 +48,7 @@ class Proc:
     popen: subprocess.Popen
     log: Path
     env: dict[str, str]
+    killed: bool = False
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -105,7 +106,8 @@ class NativeStack:
     def start(self, service: str, replace: dict[str, str] | None = None, extra: tuple[str, ...] = (),
               env_update: dict[str, str] | None = None) -> Proc:
         env = {**self.environment(service), **(env_update or {})}
-        log = self.workdir / f"{service}.log"
+        n = sum(p.name == service for p in self.procs)
+        log = self.workdir / f"{service}{f'.{n}' if n else ''}.log"
         with open(log, "wb") as f:
             popen = subprocess.Popen(self.command(service, replace, extra), env=env, cwd=self.workdir, stdout=f,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -144,6 +146,12 @@ class NativeStack:
             os.killpg(proc.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL the whole group at once: the host vanished, nothing gets to clean up."""
+        proc.killed = True
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait(timeout=10)
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):

@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 CREDENTIALS = ("TOKENGATE_APP_ID", "TOKENGATE_PRIVATE_KEY", "TOKENGATE_PRIVATE_KEY_PATH", "TOKENGATE_WEBHOOK_SECRET",
                "TOKENGATE_DATABASE_URL", "POSTGRES_PASSWORD")
 WAIT_S = 60.0
+# A fast watchdog so a vanished gpu worker is noticed within seconds (production: minutes).
+WATCHDOG = {"TOKENGATE_WATCHDOG_INTERVAL_S": "1", "TOKENGATE_WATCHDOG_LOST_AFTER_S": "3",
+            "TOKENGATE_HEARTBEAT_TTL_S": "2"}
 
 
 def _free_port() -> int:
@@ -101,10 +104,12 @@ def stack(tmp_path, fresh_db, fresh_redis, rsa_key, github):
                TOKENGATE_DATABASE_URL=fresh_db, TOKENGATE_BROKER_URL=broker, POSTGRES_PASSWORD="unused-here",
                TOKENGATE_GITHUB_API_URL=github.base_url, TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS="0",
                TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES="0", TOKENGATE_REDIS_KEY_PREFIX=prefix,
-               TOKENGATE_EVAL__RETRY_BACKOFF_S="0")
+               TOKENGATE_EVAL__RETRY_BACKOFF_S="0", **WATCHDOG)
     assert set(example) <= set(env)
     s = NativeStack(tmp_path / "stack", app_env=env, localize=localize,
-                    gpu_extra_env={"TOKENGATE_REDIS_KEY_PREFIX": prefix})
+                    gpu_extra_env={"TOKENGATE_REDIS_KEY_PREFIX": prefix,
+                                   "TOKENGATE_HEARTBEAT_TTL_S": WATCHDOG["TOKENGATE_HEARTBEAT_TTL_S"]})
+    s.redis, s.prefix = fresh_redis[2], prefix
     s.webhook_secret = webhook_secret
     try:
         yield s
@@ -173,12 +178,34 @@ def test_compose_processes_end_to_end(stack, github, remote):
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
     assert _post(url, "not-the-secret", "pull_request", push).status_code == 401
 
+    # 5. The gpu worker vanishes mid-evaluation: the publish worker's beat (watchdog) notices the missing
+    #    heartbeat, marks the attempt INFRA (worker lost) and queues the retry, which a new worker finishes.
+    sha3 = remote.commit("changes", "hold the GPU (block)")
+    assert _post(url, stack.webhook_secret, "pull_request", pr_payload(github, remote, "synchronize")).status_code == 202
+    lost = _wait(stack, lambda: _check_for(github, sha3, status="in_progress"), f"evaluation of {sha3[:7]} running")
+    stack.kill(gpu)
+    t_kill = time.monotonic()
+    _wait(stack, lambda: github.check_runs[lost["id"]]["conclusion"] == "action_required", "watchdog verdict")
+    t_noticed = time.monotonic() - t_kill
+    _wait_sticky(github, lambda b: "stopped responding" in b and "Retrying automatically" in b, stack)
+    assert repo.pulls[2].labels == ["eval:INFRA"]
+    stack.redis.set(f"{stack.prefix}release:{sha3}", 1)  # the retry's fake evaluation returns at once
+    gpu = stack.start("gpu-worker-0", extra=gpu_extra)
+    retry = _wait(stack, lambda: _check_for(github, sha3, status="completed", conclusion="success"), "retry")
+    assert retry["id"] != lost["id"]
+    (comment3,) = _wait_sticky(github, lambda b: "`eval:XL`" in b and "attempt 2" in b, stack)
+    assert comment3["id"] == comment["id"]
+    _wait(stack, lambda: repo.pulls[2].labels == ["eval:XL", "eval-qwen35-tiny:XL"], "XL labels after the retry")
+    assert len(github.requests_for("issues/create-comment")) == 1
+
     for proc in stack.procs:
+        if proc.killed:
+            continue
         assert proc.alive(), f"{proc.name} died:\n{proc.output()[-4000:]}"
         assert "unregistered task" not in proc.output().lower(), f"{proc.name} got a task for the other queue"
         assert "Traceback" not in proc.output(), f"{proc.name} logged an error:\n{proc.output()[-4000:]}"
     print(f"native e2e ({eval_mode()}): services up {t_up:.1f} s, first verdict {t_first:.1f} s, "
-          f"total {time.monotonic() - t0:.1f} s")
+          f"lost worker noticed in {t_noticed:.1f} s, total {time.monotonic() - t0:.1f} s")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -196,6 +223,13 @@ def _post(url: str, secret: str, event: str, payload: dict, delivery: str | None
                "X-GitHub-Delivery": delivery or str(uuid.uuid4()), "X-Hub-Signature-256": sign(secret, body),
                "User-Agent": "GitHub-Hookshot/test"}
     return httpx.post(f"{url}/webhook", content=body, headers=headers, timeout=10)
+
+
+def _check_for(github, sha: str, **fields) -> dict | None:
+    with github.lock:
+        runs = [dict(r) for r in github.check_runs.values()
+                if r["head_sha"] == sha and all(r.get(k) == v for k, v in fields.items())]
+    return runs[-1] if runs else None
 
 
 def _wait_completed_check(github, sha: str, stack: NativeStack) -> dict:
