@@ -71,6 +71,26 @@ class CheckConclusion(str, Enum):
     FAILURE = "failure"
     ACTION_REQUIRED = "action_required"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+# Other apps' check conclusions that count as green for merge-first.
+GREEN_CONCLUSIONS = frozenset({CheckConclusion.SUCCESS.value, CheckConclusion.NEUTRAL.value,
+                               CheckConclusion.SKIPPED.value})
+RERUN_ACTION_ID = "rerun"  # the check run's requested action (its wording is in templates/check_actions.j2)
+
+
+class RoundAction(str, Enum):
+    """What closing a round does to one candidate."""
+    MERGE = "merge"
+    SKIP = "skip"
+    REEVALUATE = "reevaluate"
+    NOTIFY = "notify"
+
+
+class WatchdogAction(str, Enum):
+    LOST = "lost"  # the attempt's task is gone or overdue: INFRA, retried per settings
+    RECOVER = "recover"  # the task finished but its result was never published: publish it
 
 
 class RoundState(str, Enum):

@@ -170,7 +170,9 @@ class Service:
         return {"repo_url": repo.clone_url or pr.head_clone_url, "repo_full_name": repo.full_name,
                 "pr_number": pr.number, "base_ref": ev.base_ref, "base_sha": ev.base_sha, "head_sha": ev.head_sha,
                 "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models),
-                "attempt": ev.attempt, "eval_id": ev.id}
+                "attempt": ev.attempt, "eval_id": ev.id,
+                # The GPU side reads no settings of its own: it evaluates with these.
+                "settings": self.settings.eval.model_dump(mode="json")}
 
     def _dispatch(self, session: Session, pr: PullRequest, ev: Evaluation, countdown: float = 0) -> None:
         """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`."""

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from worker.config import EvalSettings
 
@@ -68,6 +69,11 @@ class Settings(BaseSettings):
                 f"TOKENGATE_WEBHOOK_SECRET is a placeholder ({self.webhook_secret!r}) "
                 f"but environment is {self.environment!r}: set a real secret"
             )
+        password = make_url(self.database_url).password if "://" in self.database_url else None
+        if self.environment != "development" and password is not None and \
+                str(password).strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError(f"the password in TOKENGATE_DATABASE_URL is a placeholder ({password!r}) "
+                             f"but environment is {self.environment!r}: set a real one")
         if self.watchdog_lost_after_s < self.heartbeat_ttl_s:
             raise ValueError(f"TOKENGATE_WATCHDOG_LOST_AFTER_S ({self.watchdog_lost_after_s}) must be at least "
                              f"TOKENGATE_HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}): live tasks would look lost")

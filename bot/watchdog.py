@@ -13,11 +13,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from celery import Celery
+from celery import Celery, states
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.enums import EvalState, InfraReason
+from bot.enums import EvalState, InfraReason, WatchdogAction
 from bot.models import Evaluation, utcnow
 from bot.settings import Settings
 from worker import heartbeat
@@ -57,7 +57,7 @@ class TaskProbe:
         """(state, result, done at) when the result backend holds the task's outcome, else None."""
         res = self.celery.AsyncResult(task_id)
         state = res.state
-        if state not in ("SUCCESS", "FAILURE"):
+        if state not in (states.SUCCESS, states.FAILURE):
             return None
         done = res.date_done
         if done is not None and done.tzinfo is None:
@@ -69,12 +69,12 @@ class TaskProbe:
 class Finding:
     eval_id: int
     task_id: str
-    action: str  # "lost" | "recover"
+    action: WatchdogAction
     reason: InfraReason | None = None
     kind: InfraKind | None = None
     detail: str = ""
     context: dict = field(default_factory=dict)
-    outcome: tuple[str, object] | None = None  # ("SUCCESS"|"FAILURE", result) for "recover"
+    outcome: tuple[str, object] | None = None  # (celery state, result) for RECOVER
 
 
 def _age(since: datetime | None, now: datetime) -> float | None:
@@ -99,7 +99,7 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
         if ev.state is EvalState.RUNNING:
             running_for = _age(ev.started_at, now) or since_dispatch
             if running_for > settings.eval_deadline_s:
-                out.append(Finding(ev.id, task, "lost", InfraReason.RUN_TIMEOUT, InfraKind.TIMEOUT,
+                out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.RUN_TIMEOUT, InfraKind.TIMEOUT,
                                    f"running for {running_for:.0f} s on {ev.worker_host or 'an unknown worker'} "
                                    f"(deadline {settings.eval_deadline_s:.0f} s)",
                                    {"limit_s": settings.eval_deadline_s}))
@@ -110,7 +110,7 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
             if probe.beating(task):
                 continue  # started; the "started" message is on its way
             if since_dispatch > settings.queue_deadline_s:
-                out.append(Finding(ev.id, task, "lost", InfraReason.QUEUE_TIMEOUT, InfraKind.TIMEOUT,
+                out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.QUEUE_TIMEOUT, InfraKind.TIMEOUT,
                                    f"queued for {since_dispatch:.0f} s (deadline {settings.queue_deadline_s:.0f} s)",
                                    {"limit_s": settings.queue_deadline_s}))
                 continue
@@ -121,23 +121,23 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
         if done is not None:
             state, result, done_at = done
             if (_age(done_at, now) or 0.0) > grace:
-                out.append(Finding(ev.id, task, "recover", outcome=(state, result)))
+                out.append(Finding(ev.id, task, WatchdogAction.RECOVER, outcome=(state, result)))
             continue
         if ev.state is EvalState.RUNNING:
-            out.append(Finding(ev.id, task, "lost", InfraReason.WORKER_LOST, InfraKind.WORKER_LOST,
+            out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.WORKER_LOST, InfraKind.WORKER_LOST,
                                f"no heartbeat from {ev.worker_host or 'its worker'} for more than {grace:.0f} s",
                                {"worker": ev.worker_host}))
         else:
-            out.append(Finding(ev.id, task, "lost", InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST,
+            out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST,
                                f"task {task} is neither queued nor on a worker {since_dispatch:.0f} s after dispatch"))
     return out
 
 
 def act(session: Session, service, finding: Finding) -> str:
     """Apply one finding (in its own transaction; the service re-checks under the PR's lock)."""
-    if finding.action == "recover":
+    if finding.action is WatchdogAction.RECOVER:
         state, result = finding.outcome
-        if state == "SUCCESS" and isinstance(result, dict):
+        if state == states.SUCCESS and isinstance(result, dict):
             return service.publish_result(session, result, finding.eval_id, finding.task_id)
         detail = f"{type(result).__name__}: {result}" if isinstance(result, BaseException) else str(result)
         return service.evaluation_failed(session, finding.eval_id, finding.task_id, detail)

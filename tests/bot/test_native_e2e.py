@@ -181,7 +181,8 @@ def test_compose_processes_end_to_end(stack, github, remote):
     # 5. The gpu worker vanishes mid-evaluation: the publish worker's beat (watchdog) notices the missing
     #    heartbeat, marks the attempt INFRA (worker lost) and queues the retry, which a new worker finishes.
     sha3 = remote.commit("changes", "hold the GPU (block)")
-    assert _post(url, stack.webhook_secret, "pull_request", pr_payload(github, remote, "synchronize")).status_code == 202
+    r = _post(url, stack.webhook_secret, "pull_request", pr_payload(github, remote, "synchronize"))
+    assert r.status_code == 202, r.text
     lost = _wait(stack, lambda: _check_for(github, sha3, status="in_progress"), f"evaluation of {sha3[:7]} running")
     stack.kill(gpu)
     t_kill = time.monotonic()

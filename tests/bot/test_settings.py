@@ -43,6 +43,20 @@ def test_placeholder_secret_rejected_outside_development(secret):
     Settings(environment="development", webhook_secret=secret)  # fine for local work
 
 
+def test_placeholder_database_password_rejected_outside_development():
+    url = "postgresql+psycopg2://tokengate:changeme@postgres:5432/tokengate"
+    with pytest.raises(ValidationError, match="TOKENGATE_DATABASE_URL"):
+        Settings(environment="production", webhook_secret="a-real-secret-value", database_url=url)
+    Settings(environment="production", webhook_secret="a-real-secret-value",
+             database_url=url.replace("changeme", "k7Qv9pL2"))
+    Settings(environment="development", database_url=url)
+
+
+def test_watchdog_grace_must_cover_the_heartbeat():
+    with pytest.raises(ValidationError, match="HEARTBEAT_TTL_S"):
+        Settings(watchdog_lost_after_s=10, heartbeat_ttl_s=30)
+
+
 def test_missing_app_credentials_are_named():
     s = Settings(environment="production", webhook_secret="a-real-secret-value")
     with pytest.raises(ValueError, match="TOKENGATE_APP_ID"):

@@ -15,7 +15,7 @@ from kombu import Exchange, Queue
 
 from bot import watchdog
 from bot.db import session_scope
-from bot.enums import EvalState, InfraReason
+from bot.enums import EvalState, InfraReason, WatchdogAction
 from bot.handlers import Handlers
 from bot.models import Evaluation, utcnow
 from bot.service import Service
@@ -91,7 +91,7 @@ def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_cele
     client.delete(queue_key)
     assert find(service, probe, grace - 5) == []
     (f,) = find(service, probe, grace + 1)
-    assert (f.action, f.reason, f.kind) == ("lost", InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST)
+    assert (f.action, f.reason, f.kind) == (WatchdogAction.LOST, InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST)
     assert "retry 2/2" in act(service, f)
 
     (retry,) = evaluations()
@@ -162,7 +162,7 @@ def test_finished_task_whose_result_was_never_published_is_recovered(service, qu
     grace = service.settings.watchdog_lost_after_s
     assert find(service, probe, grace / 2) == []  # the publish task may still be on its way
     (f,) = find(service, probe, grace + 1)
-    assert f.action == "recover"
+    assert f.action is WatchdogAction.RECOVER
     assert act(service, f).endswith(": XL")
     (done,) = evaluations()
     assert (done.state, done.verdict, done.attempt) == (EvalState.DONE, "XL", 1)
