@@ -55,14 +55,15 @@ def _announce_start(task_id=None, task=None, args=None, kwargs=None, **_):
     side (→ check run in_progress), by task name only."""
     if task is None or task.name != EVALUATE_TASK:
         return
-    client, prefix = heartbeat.broker_redis(app)
+    owner = task.app  # the app that runs it (`app` in production; tests may use their own)
+    client, prefix = heartbeat.broker_redis(owner)
     if client is not None and task_id:
-        ttl = float(app.conf.get(HEARTBEAT_TTL_CONF) or heartbeat.TTL_S)
+        ttl = float(owner.conf.get(HEARTBEAT_TTL_CONF) or heartbeat.TTL_S)
         _heartbeats[task_id] = heartbeat.Heartbeat(client, prefix, task_id, task.request.hostname or "",
                                                    interval=ttl / 4, ttl=ttl).start()
     job = (args[0] if args else None) or (kwargs or {}).get("job") or {}
-    if "eval_id" in job:
-        app.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id], queue=PUBLISH_QUEUE)
+    if isinstance(job, dict) and "eval_id" in job:
+        owner.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id], queue=PUBLISH_QUEUE)
 
 
 @task_postrun.connect

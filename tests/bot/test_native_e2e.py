@@ -184,6 +184,9 @@ def test_compose_processes_end_to_end(stack, github, remote):
     r = _post(url, stack.webhook_secret, "pull_request", pr_payload(github, remote, "synchronize"))
     assert r.status_code == 202, r.text
     lost = _wait(stack, lambda: _check_for(github, sha3, status="in_progress"), f"evaluation of {sha3[:7]} running")
+    # While the worker lives, its heartbeat keeps the long evaluation safe from the watchdog.
+    time.sleep(float(WATCHDOG["TOKENGATE_WATCHDOG_LOST_AFTER_S"]) + 1.5)
+    assert github.check_runs[lost["id"]]["status"] == "in_progress", stack.logs()
     stack.kill(gpu)
     t_kill = time.monotonic()
     _wait(stack, lambda: github.check_runs[lost["id"]]["conclusion"] == "action_required", "watchdog verdict")
