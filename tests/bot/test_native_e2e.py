@@ -6,17 +6,20 @@ database credentials), our GitHub REST server and a real git repository as the P
 A signed `pull_request.opened` goes over HTTP; the sticky comment, the completed check run and
 the labels must appear on the server; a `synchronize` push then edits the same comment.
 
-The evaluation is the fake (`--include tests.bot.fake_evaluation`) while the pipeline is not on
-main; TOKENGATE_E2E_EVAL=fake|real|auto chooses (auto: real when worker.tasks is importable).
+Two tests: one drives the service with the fake evaluation (`--include tests.bot.fake_evaluation`:
+verdicts chosen by commit message, an evaluation that blocks so its worker can be killed and the
+watchdog seen at work); one runs the real pipeline (worker.tasks, tiny model, CPU quick profile) on
+a clone of this repository whose PR branch carries a real decode slowdown.
+TOKENGATE_E2E_EVAL=fake skips the real one; =real makes a missing pipeline a failure, not a skip.
 """
 from __future__ import annotations
 
 import json
 import secrets
 import socket
+import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -75,13 +78,18 @@ def fresh_redis():
         client.delete(key)
 
 
-def eval_mode() -> str:
+def real_pipeline_available() -> str | None:
+    """None when the real pipeline can run here, else why not."""
+    import importlib.util
     import os
-    mode = os.environ.get("TOKENGATE_E2E_EVAL", "auto")
-    if mode == "auto":
-        import importlib.util
-        mode = "real" if importlib.util.find_spec("worker.tasks") else "fake"
-    return mode
+    if os.environ.get("TOKENGATE_E2E_EVAL") == "fake":
+        return "TOKENGATE_E2E_EVAL=fake"
+    missing = [m for m in ("worker.tasks", "worker.pipeline", "worker.cli") if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("TOKENGATE_E2E_EVAL") == "real":
+            pytest.fail(f"TOKENGATE_E2E_EVAL=real but {missing} are not importable")
+        return f"the evaluation pipeline is not here yet ({', '.join(missing)})"
+    return None
 
 
 @pytest.fixture
@@ -117,11 +125,9 @@ def stack(tmp_path, fresh_db, fresh_redis, rsa_key, github):
         s.stop_all()
 
 
-def test_compose_processes_end_to_end(stack, github, remote):
-    t0 = time.monotonic()
-    repo = github.repos["codertocat/hello-world"]
-
-    # 1. The one-shot migration against the empty database.
+def launch(stack: NativeStack, gpu_extra: tuple[str, ...] = ()) -> tuple[str, dict]:
+    """Compose's order: the one-shot migration on the empty database, then web, publish (+beat) and gpu.
+    Returns the web app's URL and the processes by service name."""
     migrate = stack.run_once("migrate")
     assert migrate.returncode == 0, migrate.stderr
     from sqlalchemy import create_engine, inspect
@@ -129,11 +135,9 @@ def test_compose_processes_end_to_end(stack, github, remote):
     assert {"evaluations", "deliveries", "alembic_version"} <= set(inspect(engine).get_table_names())
     engine.dispose()
 
-    # 2. The long-running services, as compose starts them.
     port = _free_port()
     web = stack.start("web", replace={"--host": "127.0.0.1", "--port": str(port)})
     publish = stack.start("publish-worker", extra=("--beat-schedule", str(stack.workdir / "beat-schedule")))
-    gpu_extra = ("--include", "tests.bot.fake_evaluation") if eval_mode() == "fake" else ()
     gpu = stack.start("gpu-worker-0", extra=gpu_extra)
     for proc in (publish, gpu):
         stack.wait_for_log(proc, " ready.", timeout=WAIT_S)
@@ -146,6 +150,25 @@ def test_compose_processes_end_to_end(stack, github, remote):
         assert not leaked, f"gpu worker pid {p.pid} sees {sorted(leaked)}"
         assert not any(stack.webhook_secret in v or "PRIVATE KEY" in v for v in p.environ().values())
     assert set(CREDENTIALS) - {"TOKENGATE_PRIVATE_KEY"} <= set(publish.tree()[0].environ())  # the check can fail
+    return url, {"web": web, "publish": publish, "gpu": gpu}
+
+
+def assert_healthy_logs(stack: NativeStack) -> None:
+    for proc in stack.procs:
+        if proc.killed:
+            continue
+        assert proc.alive(), f"{proc.name} died:\n{proc.output()[-4000:]}"
+        assert "unregistered task" not in proc.output().lower(), f"{proc.name} got a task for the other queue"
+        assert "Traceback" not in proc.output(), f"{proc.name} logged an error:\n{proc.output()[-4000:]}"
+
+
+def test_compose_processes_end_to_end(stack, github, remote):
+    """Fake evaluation: opened → XL, push → REJECT (same comment), redelivery, then a vanished gpu worker."""
+    t0 = time.monotonic()
+    repo = github.repos["codertocat/hello-world"]
+    gpu_extra = ("--include", "tests.bot.fake_evaluation")
+    url, procs = launch(stack, gpu_extra)
+    gpu = procs["gpu"]
     t_up = time.monotonic() - t0
 
     # 3. A signed pull_request.opened by a trusted author.
@@ -202,14 +225,43 @@ def test_compose_processes_end_to_end(stack, github, remote):
     _wait(stack, lambda: repo.pulls[2].labels == ["eval:XL", "eval-qwen35-tiny:XL"], "XL labels after the retry")
     assert len(github.requests_for("issues/create-comment")) == 1
 
-    for proc in stack.procs:
-        if proc.killed:
-            continue
-        assert proc.alive(), f"{proc.name} died:\n{proc.output()[-4000:]}"
-        assert "unregistered task" not in proc.output().lower(), f"{proc.name} got a task for the other queue"
-        assert "Traceback" not in proc.output(), f"{proc.name} logged an error:\n{proc.output()[-4000:]}"
-    print(f"native e2e ({eval_mode()}): services up {t_up:.1f} s, first verdict {t_first:.1f} s, "
+    assert_healthy_logs(stack)
+    print(f"native e2e (fake evaluation): services up {t_up:.1f} s, first verdict {t_first:.1f} s, "
           f"lost worker noticed in {t_noticed:.1f} s, total {time.monotonic() - t0:.1f} s")
+
+
+REAL_WAIT_S = 300.0
+
+
+def test_compose_processes_real_pipeline(stack, github, tmp_path):
+    """The real `tokengate.evaluate` (tiny model, CPU quick profile) on a clone of this repository whose PR
+    branch makes every decode step do its work twice: a REJECT with a decode regression, published."""
+    why = real_pipeline_available()
+    if why:
+        pytest.skip(why)
+    from worker.cli import make_demo_repo
+    t0 = time.monotonic()
+    path, base_sha, head_ref = make_demo_repo(tmp_path / "demo")
+    subprocess.run(["git", "-C", str(path), "branch", "-f", "main", base_sha], check=True, capture_output=True)
+    repo = github.add_repo("Codertocat", "Hello-World", path)
+    repo.permissions.update({"codertocat": "admin"})
+    url, procs = launch(stack)
+    t_up = time.monotonic() - t0
+
+    r = _post(url, stack.webhook_secret, "pull_request",
+              pr_payload(github, None, "opened", head_ref=head_ref))
+    assert r.status_code == 202, r.text
+    head_sha = github.sha(repo, head_ref)
+    run = _wait(stack, lambda: _check_for(github, head_sha, status="completed"), "real evaluation", REAL_WAIT_S)
+    t_eval = time.monotonic() - t0 - t_up
+    (comment,) = _wait_sticky(github, lambda b: "`eval:" in b, stack)
+    assert run["conclusion"] == "failure", f"{run['output']}\n{comment['body']}"
+    labels = repo.pulls[2].labels
+    assert "eval:REJECT" in labels and any(x.startswith("regression-qwen35-tiny-decode@") for x in labels), labels
+    assert "**regression**" in comment["body"] and "decode@" in comment["body"]
+    assert_healthy_logs(stack)
+    print(f"native e2e (real pipeline): services up {t_up:.1f} s, evaluation {t_eval:.1f} s, "
+          f"total {time.monotonic() - t0:.1f} s")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -252,8 +304,8 @@ def _wait_sticky(github, predicate, stack: NativeStack) -> list[dict]:
     return _wait(stack, found, "sticky comment")
 
 
-def _wait(stack: NativeStack, predicate, what: str):
+def _wait(stack: NativeStack, predicate, what: str, timeout: float = WAIT_S):
     try:
-        return wait_until(predicate, timeout=WAIT_S, what=what)
+        return wait_until(predicate, timeout=timeout, what=what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from None
