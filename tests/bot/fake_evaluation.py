@@ -74,7 +74,7 @@ def _message(repo_url: str, sha: str) -> str:
                           text=True).stdout.lower()
 
 
-@app.task(name=EVALUATE_TASK)
+@app.task(name=EVALUATE_TASK, shared=False)  # not shared: other Celery apps in a test process stay clean
 def fake_evaluate(job: dict) -> dict:
     message = _message(job["repo_url"], job["head_sha"])
     if "crash" in message:
