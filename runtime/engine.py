@@ -55,8 +55,8 @@ def load_engine(gguf_path: str | os.PathLike, *, device="cpu", max_context: int 
     if backend == "auto":
         backend = "triton" if dev.type == "cuda" else "reference"
     if backend == "triton":
-        if dev.type != "cuda":
-            raise ValueError(f"backend 'triton' needs a CUDA device, got {device!r}")
+        if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError(f"backend 'triton' needs a CUDA device (or TRITON_INTERPRET=1 on the CPU), got {device!r}")
         try:
             from .triton import engine as triton_engine
         except ImportError as e:

@@ -1,5 +1,5 @@
-import os
 """The Engine contract (docs/protocol.md §2) on the reference backend."""
+import os
 from pathlib import Path
 
 import pytest
@@ -143,8 +143,10 @@ def test_load_engine_argument_errors(tmp_path):
         load_engine(F32_GGUF, max_context=0)
     with pytest.raises(ValueError, match="device"):
         load_engine(F32_GGUF, device="tpu")
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        load_engine(F32_GGUF, device="cpu", backend="triton")
+    with pytest.MonkeyPatch.context() as mp:  # the kernel tests' interpreter mode allows triton on the CPU
+        mp.delenv("TRITON_INTERPRET", raising=False)
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            load_engine(F32_GGUF, device="cpu", backend="triton")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all, just bytes")
     with pytest.raises(GGUFError):
@@ -152,11 +154,12 @@ def test_load_engine_argument_errors(tmp_path):
 
 
 def test_triton_backend_missing_is_a_clear_error(monkeypatch):
-    import importlib.util
+    import sys
 
-    if importlib.util.find_spec("runtime.triton") is not None:
-        pytest.skip("runtime.triton exists; this checks the error while it does not")
     import runtime.engine as engine_module
+
+    # A None entry makes `from .triton import engine` raise ImportError, as a broken install would.
+    monkeypatch.setitem(sys.modules, "runtime.triton.engine", None)
 
     monkeypatch.setattr(engine_module, "_check_device", lambda device: torch.device("cuda"))
     with pytest.raises(RuntimeError, match="backend 'triton' is unavailable"):

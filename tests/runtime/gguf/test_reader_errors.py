@@ -1,5 +1,5 @@
-import os
 """load_gguf on bad input: always one GGUFError whose message names the file and the fault."""
+import os
 import shutil
 from pathlib import Path
 

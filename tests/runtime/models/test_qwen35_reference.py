@@ -1,5 +1,5 @@
-import os
 """The fp32 reference model against the upstream (HF transformers) logits, and its own invariants."""
+import os
 from pathlib import Path
 
 import numpy as np

@@ -1,5 +1,5 @@
-import os
 """Our torch dequantizers must equal gguf.quants.dequantize bit for bit."""
+import os
 from pathlib import Path
 
 import gguf.quants

@@ -1,5 +1,5 @@
-import os
 """Tensor-type policy vs what llama.cpp actually produced (fixture file + H200 anchor files)."""
+import os
 import json
 import re
 from collections import Counter, defaultdict

@@ -1,5 +1,5 @@
-import os
 """Quantizers: byte-exact with llama-quantize and gguf where they exist, better than min/max otherwise."""
+import os
 from pathlib import Path
 
 import gguf

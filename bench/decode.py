@@ -1,0 +1,471 @@
+"""Decode benchmark for the Triton engine on one GPU (run by the coordinator on the device).
+
+  python bench/decode.py --models 0.8b,4b,9b --depths 0,4096,16384 --runs 5 --out "$OUT"
+
+Per model: makes the synthetic Q4_K_M GGUF (runtime.cli synth), checks kernels against their
+naive twins at the real shapes, checks the engine against the fp32 reference (0.8B: KL, top-1,
+3 seeds x 256 teacher-forced positions) and graph == eager, times tg128 at each depth (median of
+--runs after warm-up, with spread), the achieved weight bandwidth against a copy bandwidth
+measured in the same run, and GEMV tile variants. Every piece runs in its own try/except;
+the receipt JSON is rewritten after each piece (to --out and bench/receipts/), a table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+LLAMA_CPP_TG128 = {  # shared/bench/llamacpp-h200-anchor.json (same synthetic shapes, H200): depth 0 / 16384
+    "0.8b": {0: 568.2, 16384: 565.5},
+    "4b": {0: 274.0},
+    "9b": {0: 212.5},
+}
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:500]
+
+
+class Receipt:
+    def __init__(self, paths: list[Path], base: dict):
+        self.paths, self.data = paths, base
+
+    def save(self):
+        text = json.dumps(self.data, indent=1, default=str)
+        for p in self.paths:
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(text)
+            except OSError as e:
+                print(f"could not write {p}: {e}", file=sys.stderr)
+
+
+def environment() -> dict:
+    import triton
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    try:
+        env["git_commit"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
+    except Exception as e:
+        env["git_commit"] = None
+        env["git_commit_reason"] = _err(e)
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_mem_bytes=p.total_memory)
+        try:
+            env["driver"] = subprocess.check_output(
+                ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem", "--format=csv,noheader"],
+                text=True).strip()
+        except Exception as e:
+            env["driver"] = None
+            env["driver_reason"] = _err(e)
+    return env
+
+
+def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> dict:
+    """Device-to-device copy, bytes read + written per second (the yardstick's convention)."""
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    t = statistics.median(times)
+    del a, b
+    torch.cuda.empty_cache()
+    return {"bytes": nbytes, "median_s": t, "TBps": 2 * nbytes / t / 1e12}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_model(shape: str, workdir: Path, seed: int) -> Path:
+    out = workdir / f"qwen35-{shape}-q4_k_m-seed{seed}.gguf"
+    if out.exists() and out.stat().st_size > 0:
+        return out
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    base = [sys.executable, "-m", "runtime.cli", "synth", "--shape", shape, "--quant", "q4_k_m", "--seed", str(seed),
+            "-o", str(tmp)]
+    for cmd in (base + ["--device", "cuda", "--quiet"], base):  # older CLIs lack the flags
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if r.returncode == 0 and tmp.exists():
+            tmp.rename(out)
+            return out
+    raise RuntimeError(f"synth failed (rc {r.returncode}): {r.stderr[-800:]}")
+
+
+def rel_err(a, b) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+# -- correctness ---------------------------------------------------------------------------
+
+
+def kernel_checks(eng, attn_ctx: int = 4096) -> dict:
+    """Each kernel vs its naive twin on this model's real weights and shapes."""
+    from runtime.kernels.attn_decode import AttnWorkspace, attention_decode, attention_decode_naive
+    from runtime.kernels.gdn_decode import gdn_decode_step, gdn_decode_step_naive
+    from runtime.kernels.gemv import gemv, gemv_naive
+
+    cfg, w, out = eng.config, eng.weights, {}
+    dev = eng.device
+    gdn = next(i for i in range(cfg.n_layers) if not cfg.is_attention(i))
+    att = cfg.attention_layers[0]
+    x = torch.randn(cfg.d_model, device=dev)
+    nw = w.vec[f"blk.{gdn}.attn_norm.weight"]
+    seen = set()
+    for name, m in w.mat.items():  # one matrix per type, smallest first (the naive path dequantizes on the host)
+        if m.qtype in seen or name == "token_embd.weight" or m.cols != cfg.d_model:
+            continue
+        seen.add(m.qtype)
+        out[f"gemv {m.qtype.name} {name}"] = rel_err(gemv(x, [m], norm_weight=nw), gemv_naive(x, [m], norm_weight=nw))
+    p = f"blk.{gdn}."
+    segs = [w.mat[p + n] for n in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")]
+    cst = torch.randn(cfg.conv_kernel - 1, cfg.conv_channels, device=dev)
+    cst2 = cst.clone()
+    a = gemv(x, segs, norm_weight=nw, conv_state=cst, conv_weight=w.vec[p + "ssm_conv1d.weight"])
+    b = gemv_naive(x, segs, norm_weight=nw, conv_state=cst2, conv_weight=w.vec[p + "ssm_conv1d.weight"])
+    out["gemv gdn in-proj 4 segments + conv"] = max(rel_err(a, b), rel_err(cst, cst2))
+    g, u = w.mat[p + "ffn_gate.weight"], w.mat[p + "ffn_up.weight"]
+    out["gemv gate/up swiglu"] = rel_err(gemv(x, [g, u], swiglu=True), gemv_naive(x, [g, u], swiglu=True))
+    hv, dk = cfg.n_v_head, cfg.ssm_head_dim
+    st = torch.randn(hv, dk, dk, device=dev) * 0.1
+    st2 = st.clone()
+    proj = torch.randn(cfg.conv_channels + cfg.value_dim + 2 * hv, device=dev)
+    y1 = gdn_decode_step(proj, st, w.vec[p + "ssm_a"], w.vec[p + "ssm_dt.bias"], w.vec[p + "ssm_norm.weight"],
+                         torch.empty(cfg.value_dim, device=dev), n_k_head=cfg.n_k_head)
+    y2 = gdn_decode_step_naive(proj, st2, w.vec[p + "ssm_a"], w.vec[p + "ssm_dt.bias"], w.vec[p + "ssm_norm.weight"],
+                               torch.empty(cfg.value_dim, device=dev), n_k_head=cfg.n_k_head)
+    out["gdn decode step"] = max(rel_err(y1, y2), rel_err(st, st2))
+    q = f"blk.{att}."
+    ctx = attn_ctx
+    kc = (torch.randn(ctx + 1, cfg.n_kv_head, cfg.head_dim, device=dev) * 0.5).to(torch.bfloat16)
+    vc = torch.randn_like(kc, dtype=torch.float32).to(torch.bfloat16)
+    kc2, vc2 = kc.clone(), vc.clone()
+    projq = torch.randn(cfg.q_proj_dim + 2 * cfg.kv_proj_dim, device=dev)
+    pos = torch.tensor([ctx], dtype=torch.int32, device=dev)
+    kw = dict(n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, head_dim=cfg.head_dim, rope_dims=cfg.rope_dims,
+              rope_base=cfg.rope_base, eps=cfg.rms_eps)
+    o1 = attention_decode(projq, w.vec[q + "attn_q_norm.weight"], w.vec[q + "attn_k_norm.weight"], pos, kc, vc,
+                          torch.empty(cfg.n_head * cfg.head_dim, device=dev), eng.bufs.attn, **kw)
+    o2 = attention_decode_naive(projq, w.vec[q + "attn_q_norm.weight"], w.vec[q + "attn_k_norm.weight"], pos, kc2, vc2,
+                                torch.empty(cfg.n_head * cfg.head_dim, device=dev), **kw)
+    out[f"attention decode @{ctx}"] = rel_err(o1, o2)
+    return out
+
+
+def dequantized_weights(eng) -> dict:
+    """fp32 copies of every tensor, dequantized on the GPU by the embed kernel (tested vs gguf's dequantizer)."""
+    from runtime.kernels.embed import embed
+
+    tensors = {}
+    for name, m in eng.weights.mat.items():
+        ids = torch.arange(m.rows, dtype=torch.int32, device=eng.device)
+        tensors[name] = embed(m, ids, torch.empty(m.rows, m.cols, device=eng.device))
+    tensors.update({k: v.clone() for k, v in eng.weights.vec.items()})
+    return tensors
+
+
+def reference_check(eng, seeds=(0, 1, 2), positions: int = 256) -> dict:
+    """Engine decode (teacher-forced, graph) vs the fp32 reference forward: mean KL, top-1 agreement."""
+    from runtime.models.qwen35_reference import Qwen35Reference
+
+    ref = Qwen35Reference(eng.config, dequantized_weights(eng), device=eng.device)
+    kls, agree, n = [], 0, 0
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, min(eng.config.vocab_size, 248044), (positions,), generator=g)
+        eng.reset()
+        got = torch.stack([eng.decode(int(t)) for t in ids])
+        st = ref.new_state(kv_capacity=positions)
+        want = ref.forward(ids.to(eng.device), st, all_logits=True)
+        lp, lq = torch.log_softmax(want.double(), -1), torch.log_softmax(got.double(), -1)
+        kls.append((lp.exp() * (lp - lq)).sum(-1))
+        agree += int((want.argmax(-1) == got.argmax(-1)).sum())
+        n += positions
+        del want, got, st
+    kl = torch.cat(kls)
+    del ref
+    if eng.device.type == "cuda":
+        torch.cuda.empty_cache()
+    eng.reset()
+    return {"kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "top1": agree / n, "positions": n,
+            "seeds": list(seeds), "pass": bool(kl.mean() <= 0.01 and agree / n >= 0.98)}
+
+
+def graph_vs_eager(model, max_context: int) -> dict:
+    from runtime.triton.engine import TritonEngine
+
+    res = {}
+    engs = {k: TritonEngine(model, "cuda", max_context, use_graph=k == "graph") for k in ("eager", "graph")}
+    for e in engs.values():
+        e.decode(11)
+    ids = {k: e.generate_greedy(64) for k, e in engs.items()}
+    res["equal_tokens"] = ids["eager"] == ids["graph"]
+    res["equal_logits"] = bool(torch.equal(engs["eager"].bufs.logits, engs["graph"].bufs.logits))
+    del engs
+    torch.cuda.empty_cache()
+    return res
+
+
+# -- timing ---------------------------------------------------------------------------------
+
+
+def set_depth(eng, depth: int, method: dict) -> None:
+    """Bring the engine to `depth`: real prefill when available, else a synthetic KV fill.
+
+    Decode speed depends on the KV length, not the values, so random K/V rows (and the GDN
+    state as it stands) time the same kernels.
+    """
+    eng.reset()
+    if depth == 0:
+        eng.decode(1)
+        return
+    if method.get("kind") != "synthetic_kv":
+        try:
+            g = torch.Generator().manual_seed(depth)
+            eng.prefill(torch.randint(0, 240000, (depth,), generator=g))
+            method["kind"] = "prefill"
+            return
+        except NotImplementedError as e:
+            method.update(kind="synthetic_kv", reason=_err(e))
+    for kc, vc in zip(eng.state.k_cache, eng.state.v_cache):
+        kc[:depth].normal_(0, 0.5)
+        vc[:depth].normal_(0, 1.0)
+    eng.position = depth
+    eng.state.pos.fill_(depth)
+    eng.decode(1)
+
+
+def time_tg(eng, depth: int, runs: int, n_tokens: int = 128, method: dict | None = None) -> dict:
+    method = {} if method is None else method
+    set_depth(eng, depth, method)
+    start = eng.position
+    eng.generate_greedy(16)  # warm-up (graph capture on first use)
+    samples = []
+    for _ in range(runs):
+        eng.position = start  # rewind: same KV length every run (GDN state keeps evolving, same cost)
+        eng.state.pos.fill_(start)
+        eng.synchronize()
+        t = time.perf_counter()
+        eng.generate_greedy(n_tokens)
+        eng.synchronize()
+        samples.append(n_tokens / (time.perf_counter() - t))
+    med = statistics.median(samples)
+    return {"depth": depth, "tokens": n_tokens, "samples": samples, "median": med, "min": min(samples),
+            "max": max(samples), "spread_pct": 100 * (max(samples) - min(samples)) / med,
+            "depth_method": method.get("kind", "decode"), "depth_method_reason": method.get("reason")}
+
+
+def _cfg_list(v, xx, ws, kw):
+    from runtime.kernels.gemv.kernel import auto_config
+
+    if v is None:
+        a = auto_config(ws, xx.device, kw.get("swiglu", False))
+        return ["auto", a.block_n, a.block_b, a.num_warps]
+    return [v.block_n, v.block_b, v.num_warps]
+
+
+def gemv_variants(eng) -> dict:
+    """Per-kernel timing of GEMV tile variants on this model's matrices (CUDA-graph timed)."""
+    import triton.testing as tt
+
+    from runtime.kernels.gemv import GemvConfig, gemv
+
+    cfg, w = eng.config, eng.weights
+    gdn = next(i for i in range(cfg.n_layers) if not cfg.is_attention(i))
+    p = f"blk.{gdn}."
+    x = torch.randn(cfg.d_model, device="cuda")
+    xf = torch.randn(cfg.d_ffn, device="cuda")
+    nw = w.vec[p + "attn_norm.weight"]
+    cases = {
+        "ffn_gate+up swiglu": (x, [w.mat[p + "ffn_gate.weight"], w.mat[p + "ffn_up.weight"]], dict(swiglu=True, norm_weight=nw)),
+        "ffn_down": (xf, [w.mat[p + "ffn_down.weight"]], {}),
+        "gdn in-proj x4": (x, [w.mat[p + n] for n in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight",
+                                                      "ssm_alpha.weight")], dict(norm_weight=nw)),
+        "lm_head": (x, [w.lm_head], dict(norm_weight=nw)),
+    }
+    variants = [None] + [GemvConfig(bn, bb, nw_) for bn in (1, 2, 4, 8, 16) for bb in (1, 2, 4) for nw_ in (2, 4)]
+    bench = getattr(tt, "do_bench_cudagraph", None) or tt.do_bench
+    out = {}
+    for cname, (xx, ws, kw) in cases.items():
+        nbytes = sum(m.nbytes for m in ws)
+        rows = []
+        for v in variants:
+            try:
+                y = gemv(xx, ws, config=v, **kw)
+                ms = bench(lambda: gemv(xx, ws, y, config=v, **kw))
+                rows.append({"config": _cfg_list(v, xx, ws, kw), "us": ms * 1e3, "GBps": nbytes / ms / 1e6})
+            except Exception as e:
+                rows.append({"config": _cfg_list(v, xx, ws, kw), "us": None, "reason": _err(e)})
+        ok = [r for r in rows if r["us"] is not None]
+        out[cname] = {"bytes": nbytes, "types": [m.qtype.name for m in ws], "variants": rows,
+                      "best": min(ok, key=lambda r: r["us"]) if ok else None}
+    return out
+
+
+# -- driver -----------------------------------------------------------------------------------
+
+
+def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
+    from runtime.gguf import load_gguf
+    from runtime.triton.engine import TritonEngine
+
+    r = rec.data["models"].setdefault(shape, {"errors": {}})
+
+    def step(name, fn):
+        t = time.perf_counter()
+        try:
+            r[name] = fn()
+        except Exception as e:
+            r[name] = None
+            r["errors"][name] = _err(e)
+            traceback.print_exc()
+        r.setdefault("seconds", {})[name] = round(time.perf_counter() - t, 2)
+        rec.save()
+        return r[name]
+
+    path = Path(args.gguf[shape]) if shape in args.gguf else step("gguf_file", lambda: str(make_model(shape, args.workdir, args.seed)))
+    if path is None:
+        return
+    path = Path(path)
+    r["gguf_file"] = str(path)
+    if not args.no_hash:
+        step("gguf_sha256", lambda: sha256(path))
+    model = load_gguf(path)
+    max_ctx = max(args.depths) + 128 + 64
+    eng = TritonEngine(model, "cuda", max_ctx)
+    r["config"] = model.config.to_dict()
+    r["weights_bytes"] = eng.weights.nbytes
+    r["decode_weight_bytes_per_token"] = eng.weights.decode_bytes_per_token()
+    r["n_split"] = eng.bufs.attn.n_split
+    if not args.skip_checks:
+        step("kernel_checks", lambda: kernel_checks(eng))
+        step("graph_vs_eager", lambda: graph_vs_eager(model, 512))
+        if shape in args.reference_shapes:
+            step("reference_check", lambda: reference_check(eng, positions=args.ref_positions))
+    method: dict = {}
+    tg = r.setdefault("tg128", {})
+    for depth in args.depths:
+        res = step(f"tg128@{depth}", lambda: time_tg(eng, depth, args.runs, method=method))
+        if res is None:
+            continue
+        tg[str(depth)] = res
+        lc = LLAMA_CPP_TG128.get(shape, {}).get(depth)
+        res["llama_cpp_tok_s"] = lc
+        res["ratio_vs_llama_cpp"] = res["median"] / lc if lc else None
+        if copy_bw:
+            res["weight_bandwidth_fraction"] = res["median"] * r["decode_weight_bytes_per_token"] / (copy_bw["TBps"] * 1e12)
+        rec.save()
+    if not args.skip_variants:
+        var = step("gemv_variants", lambda: gemv_variants(eng))
+        if var and not args.skip_best:  # end-to-end with the best lm-head/ffn tile, if it differs
+            from runtime.kernels.gemv import GemvConfig
+
+            best = (var.get("ffn_gate+up swiglu") or {}).get("best")
+            if best and best["config"][0] != "auto":
+                cfg = GemvConfig(*best["config"])
+                del eng
+                torch.cuda.empty_cache()
+                eng2 = TritonEngine(model, "cuda", max_ctx, gemv_config=cfg)
+                step("tg128@0 best_gemv_config", lambda: dict(time_tg(eng2, 0, args.runs), gemv_config=best["config"]))
+    torch.cuda.empty_cache()
+
+
+def print_table(rec: Receipt) -> None:
+    print("\nmodel  depth   tok/s (median, spread%)   llama.cpp   ratio   BW-frac")
+    for shape, r in rec.data["models"].items():
+        for depth, t in (r.get("tg128") or {}).items():
+            ratio = f"{t['ratio_vs_llama_cpp']:.2f}" if t.get("ratio_vs_llama_cpp") else "-"
+            bw = f"{t['weight_bandwidth_fraction']:.2f}" if t.get("weight_bandwidth_fraction") else "-"
+            print(f"{shape:5} {depth:>6}   {t['median']:8.1f} ({t['spread_pct']:.1f}%)"
+                  f"         {t.get('llama_cpp_tok_s') or '-':>8}   {ratio:>5}   {bw}")
+        if r.get("reference_check"):
+            print(f"{shape}: reference {r['reference_check']}")
+        if r.get("kernel_checks"):
+            worst = max(r["kernel_checks"].items(), key=lambda kv: kv[1])
+            print(f"{shape}: worst kernel rel err {worst[0]} = {worst[1]:.2e}")
+        if r.get("errors"):
+            print(f"{shape}: errors {r['errors']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="0.8b,4b,9b")
+    ap.add_argument("--depths", default="0,4096,16384")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gguf", action="append", default=[], metavar="SHAPE=PATH", help="use an existing file")
+    ap.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "bench")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / ".cache" / "bench-out")))
+    ap.add_argument("--reference-shapes", default="0.8b")
+    ap.add_argument("--ref-positions", type=int, default=256)
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--skip-variants", action="store_true")
+    ap.add_argument("--skip-best", action="store_true")
+    ap.add_argument("--no-hash", action="store_true")
+    args = ap.parse_args(argv)
+    args.depths = [int(d) for d in args.depths.split(",") if d]
+    args.reference_shapes = set(args.reference_shapes.split(","))
+    args.gguf = dict(kv.split("=", 1) for kv in args.gguf)
+    if not torch.cuda.is_available():
+        print("bench/decode.py needs a CUDA device", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = f"decode-{stamp}.json"
+    rec = Receipt([args.out / name, ROOT / "bench" / "receipts" / name],
+                  {"kind": "decode_bench", "started": _now(), "argv": sys.argv[1:], "env": environment(), "models": {}})
+    rec.save()
+    copy_bw = None
+    try:
+        copy_bw = copy_bandwidth()
+        rec.data["copy_bandwidth"] = copy_bw
+    except Exception as e:
+        rec.data["copy_bandwidth"] = None
+        rec.data["copy_bandwidth_reason"] = _err(e)
+    rec.save()
+    for shape in [m for m in args.models.split(",") if m]:
+        try:
+            run_model(shape, args, rec, copy_bw)
+        except Exception as e:
+            rec.data["models"].setdefault(shape, {"errors": {}})["errors"]["model"] = _err(e)
+            traceback.print_exc()
+        rec.save()
+    rec.data["finished"] = _now()
+    rec.save()
+    print_table(rec)
+    print(f"\nreceipt: {rec.paths[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+import torch
+
+
+def argmax_to_naive(logits, token, ws=None, pos=None):
+    token[0] = torch.argmax(logits).to(torch.int32)
+    if pos is not None:
+        pos += 1
+    return token

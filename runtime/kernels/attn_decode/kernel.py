@@ -1,0 +1,147 @@
+"""Gated full attention for one decode token: prep (q/k RMSNorm + partial RoPE + KV append),
+split-K flash-decoding partials over the cache, and a combine that applies the sigmoid gate.
+
+The position is read from a device int32 scalar, so a CUDA graph of these launches is
+position-free; the split count is fixed (grid constant) and each split's chunk length is
+derived from the position on the device. Input: the attention projection buffer
+[q/gate interleaved per head (2*Hq*Dh) | k (Hkv*Dh) | v (Hkv*Dh)].
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_head, eps, log2_base,
+                      DH: tl.constexpr, ROPE: tl.constexpr):
+    i_h = tl.program_id(0)
+    pos = tl.load(p_pos)
+    d = tl.arange(0, DH)
+    half: tl.constexpr = ROPE // 2
+    partner = tl.where(d < half, d + half, tl.where(d < ROPE, d - half, d))
+    sign = tl.where(d < half, -1.0, 1.0)
+    is_q = i_h < n_head
+    i_kv = i_h - n_head
+    src = tl.where(is_q, i_h * 2 * DH, 2 * n_head * DH + i_kv * DH)
+    p_nw = tl.where(is_q, p_qn, p_kn)
+    x = tl.load(p_proj + src + d)
+    w = tl.load(p_nw + d)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / DH + eps)
+    xn = x * r * w
+    xp = tl.load(p_proj + src + partner) * r * tl.load(p_nw + partner)
+    inv_freq = tl.exp2(-((d % half).to(tl.float32) * 2.0 / ROPE) * log2_base)
+    ang = pos.to(tl.float32) * inv_freq
+    rot = xn * tl.cos(ang) + sign * xp * tl.sin(ang)
+    y = tl.where(d < ROPE, rot, xn)
+    if is_q:
+        tl.store(p_q + i_h * DH + d, y)
+    else:
+        row = pos.to(tl.int64) * n_kv_head + i_kv
+        tl.store(p_kc + row * DH + d, y.to(p_kc.dtype.element_ty))
+        v = tl.load(p_proj + 2 * n_head * DH + n_kv_head * DH + i_kv * DH + d)
+        tl.store(p_vc + row * DH + d, v.to(p_vc.dtype.element_ty))
+
+
+@triton.jit
+def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_scale_log2,
+                         G: tl.constexpr, GP: tl.constexpr, DH: tl.constexpr, BT: tl.constexpr,
+                         NSPLIT: tl.constexpr):
+    i_kv = tl.program_id(0)
+    i_s = tl.program_id(1)
+    n_tok = tl.load(p_pos) + 1  # the current token is already appended
+    chunk = tl.cdiv(tl.cdiv(n_tok, NSPLIT), BT) * BT
+    start = i_s * chunk
+    end = tl.minimum(start + chunk, n_tok)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DH)
+    gmask = g < G
+    q = tl.load(p_q + (i_kv * G + g)[:, None] * DH + d[None, :], mask=gmask[:, None], other=0.0)
+    q = q * qk_scale_log2  # scores come out in log2 units
+    m = tl.full([GP], float("-inf"), tl.float32)
+    l = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, DH], tl.float32)
+    t = tl.arange(0, BT)
+    for t0 in range(start, end, BT):
+        tt = t0 + t
+        tmask = tt < end
+        rows = tt.to(tl.int64) * n_kv_head + i_kv
+        k = tl.load(p_kc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k.to(tl.float32)))  # [GP, BT]; fp32 operands (tf32 on the GPU)
+        s = tl.where(tmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        v = tl.load(p_vc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        m = m_new
+    heads = i_kv * G + g
+    tl.store(p_m + heads * NSPLIT + i_s, m, mask=gmask)
+    tl.store(p_l + heads * NSPLIT + i_s, l, mask=gmask)
+    tl.store(p_acc + (heads[:, None] * NSPLIT + i_s) * DH + d[None, :], acc, mask=gmask[:, None])
+
+
+@triton.jit
+def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr):
+    i_h = tl.program_id(0)
+    s = tl.arange(0, NSPLIT)
+    d = tl.arange(0, DH)
+    m = tl.load(p_m + i_h * NSPLIT + s)
+    l = tl.load(p_l + i_h * NSPLIT + s)
+    m_all = tl.max(m, axis=0)
+    w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_all))  # empty splits weigh nothing
+    acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :])
+    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    z = tl.load(p_proj + i_h * 2 * DH + DH + d)  # the head's output-gate logits
+    tl.store(p_out + i_h * DH + d, o / (1.0 + tl.exp(-z)))
+
+
+class AttnWorkspace:
+    """Preallocated per-engine buffers for the decode attention (shared by all attention layers)."""
+
+    def __init__(self, n_head: int, head_dim: int, n_split: int, device):
+        self.n_split = n_split
+        self.q = torch.zeros(n_head * head_dim, device=device)
+        self.m = torch.zeros(n_head * n_split, device=device)
+        self.l = torch.zeros(n_head * n_split, device=device)
+        self.acc = torch.zeros(n_head * n_split * head_dim, device=device)
+
+
+def default_n_split(max_context: int, n_kv_head: int, n_sm: int = 132) -> int:
+    """Splits so that Hkv * splits covers the SMs once the context is long, as a power of two."""
+    want = max(1, min(triton.cdiv(n_sm, n_kv_head), triton.cdiv(max_context, 256)))
+    return triton.next_power_of_2(want)
+
+
+def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: AttnWorkspace, *, n_head: int,
+                     n_kv_head: int, head_dim: int, rope_dims: int, rope_base: float, eps: float = 1e-6,
+                     block_t: int = 64, num_warps: int | None = None) -> torch.Tensor:
+    """Gated attention output [Hq*Dh] for the token at device position `pos` (int32 [1]); appends K/V."""
+    dh = head_dim
+    need = 2 * n_head * dh + 2 * n_kv_head * dh
+    if proj.shape != (need,) or proj.dtype != torch.float32:
+        raise ValueError(f"attention_decode: proj must be fp32 [{need}], got {tuple(proj.shape)} {proj.dtype}")
+    if n_head % n_kv_head:
+        raise ValueError(f"attention_decode: Hq={n_head} not a multiple of Hkv={n_kv_head}")
+    if k_cache.shape[1:] != (n_kv_head, dh) or v_cache.shape != k_cache.shape:
+        raise ValueError(f"attention_decode: caches must be [ctx, {n_kv_head}, {dh}], got {tuple(k_cache.shape)}")
+    if out.shape != (n_head * dh,) or pos.dtype != torch.int32 or pos.numel() != 1:
+        raise ValueError(f"attention_decode: out must be [{n_head * dh}] and pos an int32 scalar tensor")
+    if triton.next_power_of_2(dh) != dh or rope_dims % 2 or rope_dims > dh:
+        raise ValueError(f"attention_decode: head_dim {dh} must be a power of two, rope_dims {rope_dims} even <= it")
+    g = n_head // n_kv_head
+    cpu = proj.device.type == "cpu"
+    nw = num_warps or (1 if cpu else 4)
+    _attn_prep_kernel[(n_head + n_kv_head,)](proj, q_norm_w, k_norm_w, pos, ws.q, k_cache, v_cache, n_head, n_kv_head,
+                                             float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, num_warps=nw)
+    _attn_partial_kernel[(n_kv_head, ws.n_split)](
+        ws.q, k_cache, v_cache, pos, ws.m, ws.l, ws.acc, n_kv_head, LOG2E / math.sqrt(dh),
+        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, num_warps=nw)
+    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split, num_warps=nw)
+    return out

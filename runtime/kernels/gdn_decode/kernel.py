@@ -1,0 +1,70 @@
+"""Gated DeltaNet decode step for one token, one program per value head (dk x dv state in registers).
+
+Input is the fused projection buffer of a GDN layer, [u_bar (Cc) | z (Cv) | b (Hv) | a (Hv)],
+where u_bar already went through conv + SiLU in the GEMV epilogue. Per value head j (key head
+j mod Hk, GGUF tiled order): L2-norm q, k (q also / sqrt(dk)); beta = sigmoid(b);
+g = ssm_a * softplus(a + dt_bias); S <- exp(g) S; delta = beta (v - S^T k); S += k delta^T;
+o = S^T q; y = RMSNorm(o; w) * SiLU(z). State fp32 [Hv, dk, dv], value fastest.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gdn_decode_kernel(p_proj, p_state, p_ssm_a, p_dt_bias, p_norm_w, p_out, n_k_head, n_v_head, eps,
+                       DK: tl.constexpr, DV: tl.constexpr):
+    i_v = tl.program_id(0)
+    i_k = i_v % n_k_head  # tiled value-head -> key-head mapping (architecture §5.5)
+    ck = n_k_head * DK
+    cc = 2 * ck + n_v_head * DV
+    kk = tl.arange(0, DK)
+    vv = tl.arange(0, DV)
+    q = tl.load(p_proj + i_k * DK + kk)
+    k = tl.load(p_proj + ck + i_k * DK + kk)
+    v = tl.load(p_proj + 2 * ck + i_v * DV + vv)
+    q = q * tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6) * (1.0 / tl.sqrt(DK * 1.0))
+    k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+
+    b = tl.load(p_proj + cc + n_v_head * DV + i_v)
+    a = tl.load(p_proj + cc + n_v_head * DV + n_v_head + i_v)
+    beta = 1.0 / (1.0 + tl.exp(-b))
+    x = a + tl.load(p_dt_bias + i_v)
+    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    decay = tl.exp(tl.load(p_ssm_a + i_v) * softplus)  # ssm_a = -exp(A_log) <= 0
+
+    p_s = p_state + i_v.to(tl.int64) * DK * DV + kk[:, None] * DV + vv[None, :]
+    s = tl.load(p_s) * decay  # [DK, DV]
+    delta = beta * (v - tl.sum(s * k[:, None], axis=0))
+    s += k[:, None] * delta[None, :]
+    tl.store(p_s, s)
+    o = tl.sum(s * q[:, None], axis=0)  # [DV]
+
+    z = tl.load(p_proj + cc + i_v * DV + vv)
+    y = o * tl.rsqrt(tl.sum(o * o, axis=0) / DV + eps) * tl.load(p_norm_w + vv) * (z / (1.0 + tl.exp(-z)))
+    tl.store(p_out + i_v * DV + vv, y)
+
+
+def gdn_decode_step(proj: torch.Tensor, state: torch.Tensor, ssm_a: torch.Tensor, dt_bias: torch.Tensor,
+                    norm_weight: torch.Tensor, out: torch.Tensor, *, n_k_head: int, eps: float = 1e-6,
+                    num_warps: int | None = None) -> torch.Tensor:
+    """One token through the recurrence of a GDN layer; updates `state` in place, writes `out` [Hv*dv]."""
+    if state.dim() != 3 or state.dtype != torch.float32 or not state.is_contiguous():
+        raise ValueError(f"gdn_decode_step: state must be contiguous fp32 [Hv, dk, dv], got {tuple(state.shape)} {state.dtype}")
+    hv, dk, dv = state.shape
+    if hv % n_k_head:
+        raise ValueError(f"gdn_decode_step: Hv={hv} is not a multiple of Hk={n_k_head}")
+    need = 2 * n_k_head * dk + 2 * hv * dv + 2 * hv
+    for name, t, n in (("proj", proj, need), ("ssm_a", ssm_a, hv), ("dt_bias", dt_bias, hv),
+                      ("norm_weight", norm_weight, dv), ("out", out, hv * dv)):
+        if t.dim() != 1 or t.shape[0] != n or t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"gdn_decode_step: {name} must be contiguous fp32 [{n}], got {tuple(t.shape)} {t.dtype}")
+    if triton.next_power_of_2(dk) != dk or triton.next_power_of_2(dv) != dv:
+        raise ValueError(f"gdn_decode_step: dk={dk}, dv={dv} must be powers of two")
+    if num_warps is None:
+        num_warps = 1 if proj.device.type == "cpu" else 8
+    _gdn_decode_kernel[(hv,)](proj, state, ssm_a, dt_bias, norm_weight, out, n_k_head, hv, float(eps),
+                              DK=dk, DV=dv, num_warps=num_warps)
+    return out

@@ -1,0 +1,4 @@
+from .kernel import GemvConfig, gemv
+from .naive import gemv_naive
+
+__all__ = ["GemvConfig", "gemv", "gemv_naive"]

@@ -1,0 +1,1 @@
+"""Triton engine glue: device weights, decode step, engine (docs/protocol.md)."""
