@@ -6,7 +6,7 @@ database credentials), our GitHub REST server and a real git repository as the P
 A signed `pull_request.opened` goes over HTTP; the sticky comment, the completed check run and
 the labels must appear on the server; a `synchronize` push then edits the same comment.
 
-Two tests: one drives the service with the fake evaluation (`--include tests.bot.fake_evaluation`:
+Two tests: one drives the service with the fake evaluation (`--include tests.bot.fake_gpu_tasks`:
 verdicts chosen by commit message, an evaluation that blocks so its worker can be killed and the
 watchdog seen at work); one runs the real pipeline (worker.tasks, tiny model, CPU quick profile) on
 a clone of this repository whose PR branch carries a real decode slowdown.
@@ -26,7 +26,7 @@ import pytest
 
 from bot.render import STICKY_MARKER
 from bot.signature import sign
-from tests.bot.conftest import APP_ID, INSTALLATION_ID, REDIS, _pg_connect, pr_payload, wait_until
+from tests.bot.conftest import APP_ID, REDIS, _pg_connect, comment_payload, pr_payload, wait_until
 from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -166,7 +166,7 @@ def test_compose_processes_end_to_end(stack, github, remote):
     """Fake evaluation: opened → XL, push → REJECT (same comment), redelivery, then a vanished gpu worker."""
     t0 = time.monotonic()
     repo = github.repos["codertocat/hello-world"]
-    gpu_extra = ("--include", "tests.bot.fake_evaluation")
+    gpu_extra = ("--include", "tests.bot.fake_gpu_tasks")
     url, procs = launch(stack, gpu_extra)
     gpu = procs["gpu"]
     t_up = time.monotonic() - t0
@@ -263,9 +263,32 @@ def test_compose_processes_real_pipeline(stack, github, tmp_path):
     labels = repo.pulls[2].labels
     assert "eval:REJECT" in labels and any(x.startswith("regression-qwen35-tiny-decode@") for x in labels), labels
     assert "**regression**" in comment["body"] and "decode@" in comment["body"]
+
+    # A maintainer's `/eval rerun` of the same head: the worker's result store answers at once (same
+    # repo, PR, head, profile), and the same comment is edited with the first run collapsed below.
+    t1 = time.monotonic()
+    r = _post(url, stack.webhook_secret, "issue_comment", comment_payload(github, 2, "/eval rerun", "codertocat"))
+    assert r.status_code == 202, r.text
+    from sqlalchemy import create_engine, text
+    engine = create_engine(stack.app_env["TOKENGATE_DATABASE_URL"])
+
+    def both_done():
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT state, verdict, result, check_run_id FROM evaluations ORDER BY id")).all()
+        return rows if len(rows) == 2 and all(row.state == "done" for row in rows) else None
+    try:
+        rows = _wait(stack, both_done, "re-run", WAIT_S)
+    finally:
+        engine.dispose()
+    assert [row.verdict for row in rows] == ["REJECT", "REJECT"]
+    assert rows[1].result["receipt"].get("reused_from_cache") is True
+    rerun = github.check_runs[rows[1].check_run_id]
+    assert (rerun["head_sha"], rerun["status"], rerun["conclusion"]) == (head_sha, "completed", "failure")
+    (comment2,) = _wait_sticky(github, lambda b: "Earlier runs (1)" in b, stack)
+    assert comment2["id"] == comment["id"] and len(github.requests_for("issues/create-comment")) == 1
     assert_healthy_logs(stack)
     print(f"native e2e (real pipeline): services up {t_up:.1f} s, evaluation {t_eval:.1f} s, "
-          f"total {time.monotonic() - t0:.1f} s")
+          f"cached re-run {time.monotonic() - t1:.1f} s, total {time.monotonic() - t0:.1f} s")
 
 
 # ---- helpers ------------------------------------------------------------------------------------
