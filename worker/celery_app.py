@@ -7,6 +7,8 @@ bot side only). The two sides talk only by task *name*, never by import.
 """
 from __future__ import annotations
 
+import threading
+
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 from kombu import Exchange, Queue
@@ -24,7 +26,9 @@ _heartbeats: dict[str, heartbeat.Heartbeat] = {}  # task id → the thread keepi
 
 
 def configure(broker_url: str, result_backend: str | None = None, key_prefix: str = "", **overrides) -> Celery:
-    """Point `app` at a broker; call once per process before sending tasks or starting a worker."""
+    """Point `app` at a broker; call once per process before sending tasks or starting a worker (calling it
+    again — tests — also drops what the app built from the old settings)."""
+    _forget_connections()
     transport = {"global_keyprefix": key_prefix} if key_prefix else {}
     app.conf.update(
         broker_url=broker_url,
@@ -47,6 +51,18 @@ def configure(broker_url: str, result_backend: str | None = None, key_prefix: st
     )
     app.conf.update(overrides)
     return app
+
+
+def _forget_connections() -> None:
+    """Celery caches the broker pool, the result backend and the queue declarations on first use; after a
+    change of broker or key prefix they would still point at the old ones."""
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app._backend_cache = None
+    app._local = threading.local()
+    for cached in ("amqp", "control"):
+        app.__dict__.pop(cached, None)
 
 
 @task_prerun.connect
