@@ -287,12 +287,14 @@ def time_tg(eng, depth: int, runs: int, n_tokens: int = 128, method: dict | None
 
 
 def _cfg_list(v, xx, ws, kw):
-    from runtime.kernels.gemv.kernel import auto_config
+    from runtime.kernels.gemv.kernel import AutoTile, auto_config, auto_config_v2
 
     if v is None:
-        a = auto_config(ws, xx.device, kw.get("swiglu", False))
-        return ["auto", a.block_n, a.block_b, a.num_warps]
-    return [v.block_n, v.block_b, v.num_warps]
+        v = AutoTile()
+    if isinstance(v, AutoTile):
+        a = (auto_config if v.version == 1 else auto_config_v2)(ws, xx.device, kw.get("swiglu", False))
+        return [f"auto-v{v.version}", a.block_n, a.block_b, a.num_warps, v.q6, v.pdl, v.acc]
+    return [v.block_n, v.block_b, v.num_warps, v.q6, v.pdl, v.acc]
 
 
 def gemv_variants(eng) -> dict:
@@ -314,7 +316,13 @@ def gemv_variants(eng) -> dict:
                                                       "ssm_alpha.weight")], dict(norm_weight=nw)),
         "lm_head": (x, [w.lm_head], dict(norm_weight=nw)),
     }
-    variants = [None] + [GemvConfig(bn, bb, nw_) for bn in (1, 2, 4, 8, 16) for bb in (1, 2, 4) for nw_ in (2, 4)]
+    from runtime.kernels.gemv import AutoTile
+
+    variants = [AutoTile(1, acc=1), AutoTile(1), AutoTile(2, acc=1), AutoTile(2), AutoTile(2, q6=2),
+                GemvConfig(8, 2, 4, 2), GemvConfig(8, 4, 8, 2)] + [
+        GemvConfig(bn, bb, nw_) for bn, bb, nw_ in (
+            (1, 4, 2), (1, 16, 4), (2, 2, 2), (2, 8, 4), (2, 16, 8), (4, 2, 2), (4, 4, 4), (4, 8, 8), (4, 16, 8),
+            (8, 1, 4), (8, 2, 4), (8, 2, 8), (8, 4, 8), (16, 1, 4), (16, 2, 8))]
     bench = getattr(tt, "do_bench_cudagraph", None) or tt.do_bench
     out = {}
     for cname, (xx, ws, kw) in cases.items():
@@ -330,6 +338,61 @@ def gemv_variants(eng) -> dict:
         ok = [r for r in rows if r["us"] is not None]
         out[cname] = {"bytes": nbytes, "types": [m.qtype.name for m in ws], "variants": rows,
                       "best": min(ok, key=lambda r: r["us"]) if ok else None}
+    return out
+
+
+def engine_variant_options() -> dict:
+    """Named engine options timed against the defaults (tg128 @0 on this model): the flags that
+    decide which kernel variant the engine uses, so one GPU run tells which to make default."""
+    from runtime.kernels.gemv import AutoTile
+
+    return {
+        "default": {},
+        "gemv_tiles_v1": {"gemv_config": AutoTile(1)},
+        "gemv_step_reduce": {"gemv_config": AutoTile(2, acc=1)},
+        "gemv_before_this_branch": {"gemv_config": AutoTile(1, acc=1)},
+        "gemv_q6_qh_once": {"gemv_config": AutoTile(2, q6=2)},
+        "gemv_pdl": {"gemv_config": AutoTile(2, pdl=True)},
+        "gemv_pdl_q6_qh_once": {"gemv_config": AutoTile(2, q6=2, pdl=True)},
+        "gdn_pdl": {"gdn_pdl": True},
+        "gemv_pdl+gdn_pdl": {"gemv_config": AutoTile(2, pdl=True), "gdn_pdl": True},
+        "gdn_split_bv64": {"gdn_block_v": 64},
+        "gdn_split_bv32": {"gdn_block_v": 32},
+        "gdn_split_bv16": {"gdn_block_v": 16},
+    }
+
+
+def engine_variants(eng, model, max_ctx: int, args) -> dict:
+    from runtime.triton.engine import TritonEngine
+
+    out = {}
+    wanted = None if args.engine_variants in ("", "all") else set(args.engine_variants.split(","))
+    for name, opts in engine_variant_options().items():
+        if wanted is not None and name not in wanted and name != "default":
+            continue
+        e = eng if not opts else None
+        try:
+            if e is None:
+                e = TritonEngine(model, "cuda", max_ctx, **opts)
+            ids_ok = None
+            if e is not eng:  # same greedy tokens as the default engine from the same start
+                got = []
+                for x in (eng, e):
+                    x.reset()
+                    x.decode(11)
+                    got.append(x.generate_greedy(32))
+                ids_ok = got[0] == got[1]
+            res = time_tg(e, 0, args.runs)
+            out[name] = {"options": {k: repr(v) for k, v in opts.items()}, "tok_s": res["median"],
+                         "spread_pct": res["spread_pct"], "same_tokens_as_default": ids_ok}
+        except Exception as ex:
+            out[name] = {"options": {k: repr(v) for k, v in opts.items()}, "tok_s": None, "reason": _err(ex)}
+            traceback.print_exc()
+        finally:
+            if e is not None and e is not eng:
+                del e
+                torch.cuda.empty_cache()
+    eng.reset()
     return out
 
 
@@ -386,13 +449,15 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
         if copy_bw:
             res["weight_bandwidth_fraction"] = res["median"] * r["decode_weight_bytes_per_token"] / (copy_bw["TBps"] * 1e12)
         rec.save()
+    if not args.skip_engine_variants:
+        step("engine_variants", lambda: engine_variants(eng, model, max_ctx, args))
     if not args.skip_variants:
         var = step("gemv_variants", lambda: gemv_variants(eng))
         if var and not args.skip_best:  # end-to-end with the best lm-head/ffn tile, if it differs
             from runtime.kernels.gemv import GemvConfig
 
             best = (var.get("ffn_gate+up swiglu") or {}).get("best")
-            if best and best["config"][0] != "auto":
+            if best and not str(best["config"][0]).startswith("auto"):
                 cfg = GemvConfig(*best["config"])
                 del eng
                 torch.cuda.empty_cache()
@@ -430,7 +495,10 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-shapes", default="0.8b")
     ap.add_argument("--ref-positions", type=int, default=256)
     ap.add_argument("--skip-checks", action="store_true")
-    ap.add_argument("--skip-variants", action="store_true")
+    ap.add_argument("--skip-variants", action="store_true", help="skip per-matrix GEMV tile timings")
+    ap.add_argument("--skip-engine-variants", action="store_true", help="skip tg128 of the engine option variants")
+    ap.add_argument("--engine-variants", default="all",
+                    help="comma list of engine_variant_options() names to time (default all)")
     ap.add_argument("--skip-best", action="store_true")
     ap.add_argument("--no-hash", action="store_true")
     args = ap.parse_args(argv)

@@ -18,7 +18,7 @@ from ..kernels.argmax import ArgmaxWorkspace, argmax_to
 from ..kernels.attn_decode import AttnWorkspace, attention_decode
 from ..kernels.embed import embed
 from ..kernels.gdn_decode import gdn_decode_step
-from ..kernels.gemv import GemvConfig, gemv
+from ..kernels.gemv import AutoTile, GemvConfig, gemv
 from .weights import DeviceWeights
 
 
@@ -62,6 +62,7 @@ class DecodeBuffers:
         self.o_attn = torch.zeros(cfg.n_head * cfg.head_dim, **f32)
         self.ffn = torch.zeros(cfg.d_ffn, **f32)
         self.logits = torch.zeros(cfg.vocab_size, **f32)
+        self.gdn_ssq = torch.zeros(cfg.n_v_head * cfg.ssm_head_dim, **f32)  # split GDN step: partial sums of o^2
         self.attn = AttnWorkspace(cfg.n_head, cfg.head_dim, n_split, device)
         self.argmax = ArgmaxWorkspace(cfg.vocab_size, device)
 
@@ -70,10 +71,13 @@ class DecodeStep:
     """The launch sequence for one token; `__call__` runs it eagerly (what the graph captures)."""
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
-                 gemv_config: GemvConfig | None = None, attn_block_t: int = 64):
+                 gemv_config: GemvConfig | AutoTile | None = None, attn_block_t: int = 64,
+                 gdn_block_v: int | None = None, gdn_pdl: bool = False):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
         self.gemv_config = gemv_config
         self.attn_block_t = attn_block_t
+        self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)
+        self.gdn_pdl = gdn_pdl  # programmatic dependent launch of the GDN step (bench variant)
 
     def __call__(self) -> None:
         cfg, w, s, b, gc = self.cfg, self.w, self.s, self.b, self.gemv_config
@@ -97,7 +101,8 @@ class DecodeStep:
                          mat[p + "ssm_alpha.weight"]], b.proj_gdn, norm_weight=vec[p + "attn_norm.weight"], eps=eps,
                      conv_state=s.conv[i_gdn], conv_weight=vec[p + "ssm_conv1d.weight"], config=gc)
                 gdn_decode_step(b.proj_gdn, s.ssm[i_gdn], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
-                                vec[p + "ssm_norm.weight"], b.y_gdn, n_k_head=cfg.n_k_head, eps=eps)
+                                vec[p + "ssm_norm.weight"], b.y_gdn, n_k_head=cfg.n_k_head, eps=eps,
+                                block_v=self.gdn_block_v, ssq=b.gdn_ssq, pdl=self.gdn_pdl)
                 gemv(b.y_gdn, [mat[p + "ssm_out.weight"]], h, residual=h, config=gc)
                 i_gdn += 1
             gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,

@@ -95,17 +95,30 @@ class DeviceWeights:
     """All tensors of a qwen35 GGUF on one device: `mat[name]` QWeight, `vec[name]` fp32 tensor."""
 
     def __init__(self, model: GGUFModel, device):
-        self.config = model.config
-        self.device = torch.device(device)
-        self.mat: dict[str, QWeight] = {}
-        self.vec: dict[str, torch.Tensor] = {}
+        device = torch.device(device)
+        mat: dict[str, QWeight] = {}
+        vec: dict[str, torch.Tensor] = {}
         for name, qt in model.tensors.items():
             if len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
-                self.mat[name] = upload_matrix(qt, self.device)
+                mat[name] = upload_matrix(qt, device)
             else:  # norms, ssm_a, ssm_dt.bias, conv1d [Cc, 4]
-                self.vec[name] = _vector(qt, self.device)
-        self.lm_head = self.mat[model.lm_head_name]
+                vec[name] = _vector(qt, device)
+        self._set(model.config, device, mat, vec, model.lm_head_name)
+
+    def _set(self, config, device, mat, vec, lm_head_name) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.mat: dict[str, QWeight] = mat
+        self.vec: dict[str, torch.Tensor] = vec
+        self.lm_head = self.mat[lm_head_name]
         self.embedding = self.mat["token_embd.weight"]
+
+    @classmethod
+    def from_parts(cls, config, device, mat: dict, vec: dict, lm_head_name: str) -> "DeviceWeights":
+        """Weights already on `device` (e.g. meta tensors for recording launches without a GPU)."""
+        self = cls.__new__(cls)
+        self._set(config, device, mat, vec, lm_head_name)
+        return self
 
     @property
     def nbytes(self) -> int:

@@ -160,6 +160,8 @@ def test_triton_backend_missing_is_a_clear_error(monkeypatch):
 
     # A None entry makes `from .triton import engine` raise ImportError, as a broken install would.
     monkeypatch.setitem(sys.modules, "runtime.triton.engine", None)
+    if "runtime.triton" in sys.modules:  # an earlier import left the submodule as a package attribute
+        monkeypatch.delattr(sys.modules["runtime.triton"], "engine", raising=False)
 
     monkeypatch.setattr(engine_module, "_check_device", lambda device: torch.device("cuda"))
     with pytest.raises(RuntimeError, match="backend 'triton' is unavailable"):

@@ -84,7 +84,8 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
     heads = i_kv * G + g
     tl.store(p_m + heads * NSPLIT + i_s, m, mask=gmask)
     tl.store(p_l + heads * NSPLIT + i_s, l, mask=gmask)
-    tl.store(p_acc + (heads[:, None] * NSPLIT + i_s) * DH + d[None, :], acc, mask=gmask[:, None])
+    # an empty split (short context: most of them) writes only m = -inf, l = 0; the combine skips its acc
+    tl.store(p_acc + (heads[:, None] * NSPLIT + i_s) * DH + d[None, :], acc, mask=(gmask & (g * 0 + start < end))[:, None])
 
 
 @triton.jit
@@ -96,7 +97,7 @@ def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLI
     l = tl.load(p_l + i_h * NSPLIT + s)
     m_all = tl.max(m, axis=0)
     w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_all))  # empty splits weigh nothing
-    acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :])
+    acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :], mask=(m > float("-inf"))[:, None], other=0.0)
     o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
     z = tl.load(p_proj + i_h * 2 * DH + DH + d)  # the head's output-gate logits
     tl.store(p_out + i_h * DH + d, o / (1.0 + tl.exp(-z)))

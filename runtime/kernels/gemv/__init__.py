@@ -1,4 +1,4 @@
-from .kernel import GemvConfig, gemv
+from .kernel import AutoTile, GemvConfig, gemv
 from .naive import gemv_naive
 
-__all__ = ["GemvConfig", "gemv", "gemv_naive"]
+__all__ = ["AutoTile", "GemvConfig", "gemv", "gemv_naive"]

@@ -18,8 +18,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gguf import GGMLType
+from ...gguf import BLOCK, GGMLType
 from ...triton.weights import QWeight
+
+try:  # programmatic dependent launch (Hopper): Triton >= 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # pragma: no cover - older Triton: the pdl flag is refused
+    gdc_launch_dependents = gdc_wait = None
+    HAS_GDC = False
 
 # qtype codes inside the kernel
 T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_K, T_Q5_K, T_Q6_K = 0, 1, 2, 3, 4, 5, 6
@@ -39,12 +47,28 @@ EPI_NONE, EPI_RESIDUAL, EPI_CONV = 0, 1, 2
 
 
 @triton.jit
-def _x_pair(p_x, p_nw, offs, NORM: tl.constexpr):
-    """x at element offsets, and the value to multiply weights with (x * norm weight if NORM)."""
+def _x_pair(p_x, p_nw, offs, K, NORM: tl.constexpr, KMASK: tl.constexpr):
+    """x at element offsets, and the value to multiply weights with (x * norm weight if NORM).
+
+    KMASK: the last K-step runs past K (BB does not divide the block count); x there reads as 0,
+    so the clamped (repeated) weight blocks of that step add nothing."""
+    if KMASK:
+        x = tl.load(p_x + offs, mask=offs < K, other=0.0)
+        if NORM:
+            return x, x * tl.load(p_nw + offs, mask=offs < K, other=0.0)
+        return x, x
     x = tl.load(p_x + offs)
     if NORM:
         return x, x * tl.load(p_nw + offs)
     return x, x
+
+
+@triton.jit
+def _small_int_to_f32(q, OFFSET: tl.constexpr = 0):
+    """float(q - OFFSET) for int32 0 <= q < 2^22 without an int->float conversion: OR q into the
+    mantissa of 2^23 and subtract 2^23 + OFFSET (exact). cvt runs at 16/clk/SM on Hopper, the
+    LOP3 + FADD on the 64- and 128-wide pipes, so a conversion per weight no longer bounds the GEMV."""
+    return (q | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
 
 
 @triton.jit
@@ -62,8 +86,12 @@ def _k4_scale_min(p_w, base, j):
 
 @triton.jit
 def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-              NORM: tl.constexpr):
-    """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm)."""
+              NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, ACC: tl.constexpr):
+    """(W[rows] . x_eff) [BN] fp32 and the sum of squares of x over K (for a fused RMSNorm).
+
+    ACC (block types): 1 = reduce each step's products to per-group sums, then scale; 2 = scale per
+    element and accumulate a [BN, groups, lanes] tile, reduced once after the loop (no cross-lane
+    shuffles inside the loop: 139 shuffles per thread per step in the 0.8B LM head with ACC=1)."""
     acc = tl.zeros([BN], dtype=tl.float32)
     ss = tl.zeros([1], dtype=tl.float32)
     if QT == 4 or QT == 5:  # Q4_K (144 B) / Q5_K (176 B): 8 sub-blocks of 32, as 4 groups of lo/hi nibbles
@@ -73,32 +101,47 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         m = tl.arange(0, BB * 4)
         c = m % 4
         li = tl.arange(0, 32)
+        acc3 = tl.zeros([BN, BB * 4, 32], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 4, 32], dtype=tl.float32)
         for b0 in range(0, K // 256, BB):
-            blk = b0 + m // 4  # [BB*4]
+            blk_x = b0 + m // 4  # [BB*4]
+            blk = blk_x
+            if KMASK:  # past-the-end steps re-read the last block (x there is 0)
+                blk = tl.minimum(blk_x, K // 256 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * BPB  # [BN, BB*4] block start bytes
             q = tl.load(p_w + base[:, :, None] + QS + (c * 32)[None, :, None] + li[None, None, :]).to(tl.int32)
-            xo = (blk * 256 + c * 64)[:, None] + li[None, :]  # [BB*4, 32]
-            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, NORM)
-            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 32, NORM)
-            if NORM:
-                ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
+            xo = (blk_x * 256 + c * 64)[:, None] + li[None, :]  # [BB*4, 32]
+            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
             q_lo = q & 15
             q_hi = q >> 4
             if QT == 5:
                 qh = tl.load(p_w + base[:, :, None] + 16 + li[None, None, :]).to(tl.int32)
                 q_lo += ((qh >> (2 * c)[None, :, None]) & 1) << 4
                 q_hi += ((qh >> (2 * c + 1)[None, :, None]) & 1) << 4
-            s_lo = tl.sum(q_lo.to(tl.float32) * xe_lo[None, :, :], axis=2)  # [BN, BB*4]
-            s_hi = tl.sum(q_hi.to(tl.float32) * xe_hi[None, :, :], axis=2)
-            xs_lo = tl.sum(xe_lo, axis=1)[None, :]
-            xs_hi = tl.sum(xe_hi, axis=1)[None, :]
             sc_lo, mn_lo = _k4_scale_min(p_w, base, 2 * c)
             sc_hi, mn_hi = _k4_scale_min(p_w, base, 2 * c + 1)
             d = tl.load(p_h + base // 2).to(tl.float32)
             dmin = tl.load(p_h + base // 2 + 1).to(tl.float32)
-            part = d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (mn_lo * xs_lo + mn_hi * xs_hi)
-            acc += tl.sum(part, axis=1)
-    elif QT == 6:  # Q6_K (210 B): 16 sub-blocks of 16; group mm = 4n + 2h + s covers ql[16mm : 16mm+16]
+            if ACC == 2:
+                if NORM:
+                    ss3 += x_lo * x_lo + x_hi * x_hi
+                w_lo = _small_int_to_f32(q_lo) * (d * sc_lo)[:, :, None] - (dmin * mn_lo)[:, :, None]
+                w_hi = _small_int_to_f32(q_hi) * (d * sc_hi)[:, :, None] - (dmin * mn_hi)[:, :, None]
+                acc3 += w_lo * xe_lo[None, :, :] + w_hi * xe_hi[None, :, :]
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
+                s_lo = tl.sum(_small_int_to_f32(q_lo) * xe_lo[None, :, :], axis=2)  # [BN, BB*4]
+                s_hi = tl.sum(_small_int_to_f32(q_hi) * xe_hi[None, :, :], axis=2)
+                xs_lo = tl.sum(xe_lo, axis=1)[None, :]
+                xs_hi = tl.sum(xe_hi, axis=1)[None, :]
+                part = d * (sc_lo * s_lo + sc_hi * s_hi) - dmin * (mn_lo * xs_lo + mn_hi * xs_hi)
+                acc += tl.sum(part, axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
+    elif QT == 6 and Q6 == 1:  # Q6_K (210 B): 16 sub-blocks of 16; group mm = 4n + 2h + s covers ql[16mm : 16mm+16]
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
         m = tl.arange(0, BB * 8)
@@ -107,37 +150,106 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
         h = (mm // 2) % 2
         s = mm % 2
         li = tl.arange(0, 16)
+        acc3 = tl.zeros([BN, BB * 8, 16], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 8, 16], dtype=tl.float32)
         for b0 in range(0, K // 256, BB):
-            blk = b0 + m // 8
+            blk_x = b0 + m // 8
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 256 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * 210  # [BN, BB*8]
             ql = tl.load(p_w + base[:, :, None] + (mm * 16)[None, :, None] + li[None, None, :]).to(tl.int32)
             qh = tl.load(p_w + base[:, :, None] + (128 + 32 * n + 16 * s)[None, :, None] + li[None, None, :]).to(tl.int32)
             sh = (2 * h)[None, :, None]
             q_lo = (ql & 15) | (((qh >> sh) & 3) << 4)
             q_hi = (ql >> 4) | (((qh >> (sh + 4)) & 3) << 4)
-            xo = (blk * 256 + 128 * n + 32 * h + 16 * s)[:, None] + li[None, :]  # [BB*8, 16]
-            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, NORM)
-            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 64, NORM)
-            if NORM:
-                ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
-            s_lo = tl.sum((q_lo - 32).to(tl.float32) * xe_lo[None, :, :], axis=2)
-            s_hi = tl.sum((q_hi - 32).to(tl.float32) * xe_hi[None, :, :], axis=2)
+            xo = (blk_x * 256 + 128 * n + 32 * h + 16 * s)[:, None] + li[None, :]  # [BB*8, 16]
+            x_lo, xe_lo = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x_hi, xe_hi = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
             sidx = (8 * n + 2 * h + s)[None, :]
             sc_lo = tl.load(p_i8 + base + 192 + sidx).to(tl.float32)
             sc_hi = tl.load(p_i8 + base + 196 + sidx).to(tl.float32)
             d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
-            acc += tl.sum(d * (sc_lo * s_lo + sc_hi * s_hi), axis=1)
+            if ACC == 2:
+                if NORM:
+                    ss3 += x_lo * x_lo + x_hi * x_hi
+                acc3 += (_small_int_to_f32(q_lo, 32) * (d * sc_lo)[:, :, None] * xe_lo[None, :, :]
+                         + _small_int_to_f32(q_hi, 32) * (d * sc_hi)[:, :, None] * xe_hi[None, :, :])
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x_lo * x_lo + x_hi * x_hi, axis=1), axis=0)
+                s_lo = tl.sum(_small_int_to_f32(q_lo, 32) * xe_lo[None, :, :], axis=2)
+                s_hi = tl.sum(_small_int_to_f32(q_hi, 32) * xe_hi[None, :, :], axis=2)
+                acc += tl.sum(d * (sc_lo * s_lo + sc_hi * s_hi), axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
+    elif QT == 6:  # Q6 == 2. Q6_K (210 B): per 128-half n and l = 16s + li (0..31), the bytes ql[64n + l],
+        # ql[64n + 32 + l] and qh[32n + l] give elements 128n + 32j + l, j = 0..3 (lo/hi nibbles of the
+        # two ql runs, 2-bit pairs of qh): each byte is loaded once (160 of the 192 quant bytes before)
+        p_h = p_w.to(tl.pointer_type(tl.float16))
+        p_i8 = p_w.to(tl.pointer_type(tl.int8))
+        m = tl.arange(0, BB * 4)
+        n = (m % 4) // 2
+        s = m % 2
+        li = tl.arange(0, 16)
+        acc3 = tl.zeros([BN, BB * 4, 16], dtype=tl.float32)
+        ss3 = tl.zeros([BB * 4, 16], dtype=tl.float32)
+        for b0 in range(0, K // 256, BB):
+            blk_x = b0 + m // 4
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 256 - 1)
+            base = rows[:, None] * row_bytes + blk[None, :] * 210  # [BN, BB*4]
+            p_l = p_w + base[:, :, None] + (64 * n + 16 * s)[None, :, None] + li[None, None, :]
+            ql_a = tl.load(p_l).to(tl.int32)
+            ql_b = tl.load(p_l + 32).to(tl.int32)
+            qh = tl.load(p_w + base[:, :, None] + (128 + 32 * n + 16 * s)[None, :, None] + li[None, None, :]).to(tl.int32)
+            xo = (blk_x * 256 + 128 * n + 16 * s)[:, None] + li[None, :]  # [BB*4, 16]
+            x0, xe0 = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
+            x1, xe1 = _x_pair(p_x, p_nw, xo + 32, K, NORM, KMASK)
+            x2, xe2 = _x_pair(p_x, p_nw, xo + 64, K, NORM, KMASK)
+            x3, xe3 = _x_pair(p_x, p_nw, xo + 96, K, NORM, KMASK)
+            q0 = _small_int_to_f32((ql_a & 15) | ((qh & 3) << 4), 32)
+            q1 = _small_int_to_f32((ql_b & 15) | ((qh & 12) << 2), 32)
+            q2 = _small_int_to_f32((ql_a >> 4) | (qh & 48), 32)
+            q3 = _small_int_to_f32((ql_b >> 4) | ((qh >> 2) & 48), 32)
+            p_sc = p_i8 + base + 192 + (8 * n + s)[None, :]  # 16-element sub-block 8n + 2j + s
+            sc0 = tl.load(p_sc).to(tl.float32)
+            sc1 = tl.load(p_sc + 2).to(tl.float32)
+            sc2 = tl.load(p_sc + 4).to(tl.float32)
+            sc3 = tl.load(p_sc + 6).to(tl.float32)
+            d = tl.load(p_h + (base + 208) // 2).to(tl.float32)
+            if ACC == 2:
+                if NORM:
+                    ss3 += x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3
+                acc3 += (q0 * (d * sc0)[:, :, None] * xe0[None, :, :] + q1 * (d * sc1)[:, :, None] * xe1[None, :, :]
+                         + q2 * (d * sc2)[:, :, None] * xe2[None, :, :] + q3 * (d * sc3)[:, :, None] * xe3[None, :, :])
+            else:
+                if NORM:
+                    ss += tl.sum(tl.sum(x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3, axis=1), axis=0)
+                s0 = tl.sum(q0 * xe0[None, :, :], axis=2)
+                s1 = tl.sum(q1 * xe1[None, :, :], axis=2)
+                s2 = tl.sum(q2 * xe2[None, :, :], axis=2)
+                s3 = tl.sum(q3 * xe3[None, :, :], axis=2)
+                acc += tl.sum(d * (sc0 * s0 + sc1 * s1 + sc2 * s2 + sc3 * s3), axis=1)
+        if ACC == 2:
+            acc += tl.sum(tl.sum(acc3, axis=2), axis=1)
+            ss += tl.sum(tl.sum(ss3, axis=1), axis=0)
     elif QT == 3:  # Q8_0 (34 B): f16 d, 32 int8
         p_h = p_w.to(tl.pointer_type(tl.float16))
         p_i8 = p_w.to(tl.pointer_type(tl.int8))
         m = tl.arange(0, BB)
         li = tl.arange(0, 32)
         for b0 in range(0, K // 32, BB):
-            blk = b0 + m
+            blk_x = b0 + m
+            blk = blk_x
+            if KMASK:
+                blk = tl.minimum(blk_x, K // 32 - 1)
             base = rows[:, None] * row_bytes + blk[None, :] * 34  # [BN, BB]
             q = tl.load(p_i8 + base[:, :, None] + 2 + li[None, None, :]).to(tl.float32)
-            xo = (blk * 32)[:, None] + li[None, :]
-            x, xe = _x_pair(p_x, p_nw, xo, NORM)
+            xo = (blk_x * 32)[:, None] + li[None, :]
+            x, xe = _x_pair(p_x, p_nw, xo, K, NORM, KMASK)
             if NORM:
                 ss += tl.sum(tl.sum(x * x, axis=1), axis=0)
             d = tl.load(p_h + base // 2).to(tl.float32)
@@ -158,13 +270,28 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 
 
 @triton.jit
+def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
+    """Pull this program's weight rows into L2 (PDL prologue: weights do not depend on the previous
+    kernel, so their DRAM latency overlaps its tail). Block-quantized rows only (byte strides)."""
+    if QT >= 3:
+        ln = tl.arange(0, LINES) * 128
+        ptrs = p_w + rows[:, None] * row_bytes + tl.minimum(ln, row_bytes - 1)[None, :]
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
-             KC: tl.constexpr):
+             KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
+             ACC: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
-    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM)
+    if PDL:  # let the next kernel get scheduled, prefetch, then wait for the previous kernel's x / out
+        gdc_launch_dependents()
+        _l2_prefetch_rows(p_w, row_bytes, rows, QT, LINES)
+        gdc_wait()
+    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6, ACC)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
     if EPI == 1:
@@ -187,7 +314,8 @@ def _gemv_kernel(
     p_w0, rb0, n0, o0, p_w1, rb1, n1, o1, p_w2, rb2, n2, o2, p_w3, rb3, n3, o3,
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
-    KC: tl.constexpr,
+    KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -195,8 +323,13 @@ def _gemv_kernel(
         i_r = pid * BN + tl.arange(0, BN)
         rmask = i_r < n0
         rows = tl.minimum(i_r, n0 - 1).to(tl.int64)
-        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM)
-        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM)
+        if PDL:
+            gdc_launch_dependents()
+            _l2_prefetch_rows(p_w0, rb0, rows, QT0, LINES)
+            _l2_prefetch_rows(p_w1, rb1, rows, QT1, LINES)
+            gdc_wait()
+        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6, ACC)
+        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6, ACC)
         if NORM:
             r = tl.rsqrt(ss / K + eps)
             g = g * r
@@ -205,30 +338,46 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC)
+                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC)
+                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
 
 
 @dataclass(frozen=True)
 class GemvConfig:
-    """Tile shape: BN rows per program, BB K-steps (super-blocks) per loop iteration, warps."""
+    """Tile shape: BN rows per program, BB K-steps (super-blocks) per loop iteration, warps.
+
+    BB need not divide the block count: the last step is then masked (x reads 0 past K)."""
 
     block_n: int = 4
     block_b: int = 2
     num_warps: int = 4
+    q6: int = 1  # Q6_K unpacking: 1 = 8 groups of 16 (qh read twice), 2 = qh read once (4 outputs per byte)
+    pdl: bool = False  # programmatic dependent launch + L2 prefetch of the weights before waiting (sm_90)
+    acc: int = 2  # 2 = per-element scaled accumulator reduced after the K loop; 1 = reduce every step
+
+
+@dataclass(frozen=True)
+class AutoTile:
+    """Pick the tile per launch from the matrix shapes: version 1 = the first heuristic (BB <= 2,
+    warps from the tile size), version 2 = enough bytes in flight per SM (see auto_config_v2)."""
+
+    version: int = 2
+    q6: int = 1  # as GemvConfig.q6
+    pdl: bool = False  # as GemvConfig.pdl
+    acc: int = 2  # as GemvConfig.acc
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -239,11 +388,17 @@ def _row_stride(w: QWeight) -> int:
     return w.row_bytes if w.is_block else w.data.stride(0)
 
 
+def _k_steps(w: QWeight) -> int | None:
+    """K-steps (super-blocks) of a block-quantized matrix; None for typed rows (masked by K anyway)."""
+    if w.qtype in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
+        return None
+    return w.cols // STEP_ELEMS[QCODE[w.qtype]]
+
+
 def _fit_bb(ws: Sequence[QWeight], bb: int) -> int:
     """Largest power of two <= bb that divides every segment's count of K-steps."""
     while bb > 1:
-        if all(w.qtype in (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
-               or (w.cols // STEP_ELEMS[QCODE[w.qtype]]) % bb == 0 for w in ws):
+        if all(_k_steps(w) is None or _k_steps(w) % bb == 0 for w in ws):
             return bb
         bb //= 2
     return 1
@@ -252,27 +407,78 @@ def _fit_bb(ws: Sequence[QWeight], bb: int) -> int:
 _SM_COUNT: dict = {}
 
 
-def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
-    """Tile heuristic for the GPU: 16-byte loads on big matrices (BN*BB*128 B per step), and at
-    least ~2 programs per SM on small ones (fewer rows per program rather than a split over K)."""
+def set_sm_count(device, n_sm: int) -> None:
+    """Pretend `device` has n_sm SMs (recording launches on the meta device; tests)."""
+    _SM_COUNT[torch.device(device)] = n_sm
+
+
+def sm_count(device) -> int:
+    device = torch.device(device)
     if device not in _SM_COUNT:
         _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    n_sm = _SM_COUNT[device]
-    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    return _SM_COUNT[device]
+
+
+def _rows_per_program(rows: int, n_sm: int) -> int:
     bn = 8 if triton.cdiv(rows, 8) >= 8 * n_sm else 4
     while bn > 1 and triton.cdiv(rows, bn) < 2 * n_sm:
         bn //= 2
+    return bn
+
+
+def auto_config(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic v1: 16-byte loads on big matrices (BN*BB*128 B per step), and at least ~2
+    programs per SM on small ones (fewer rows per program rather than a split over K)."""
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = _rows_per_program(rows, sm_count(device))
     bb = _fit_bb(ws, 4 if bn == 1 else 2)
     tile_bytes = bn * bb * 128 * (2 if swiglu else 1)
     return GemvConfig(bn, bb, max(1, min(8, tile_bytes // 512)))
 
 
+IN_FLIGHT_BYTES_PER_SM = 32 << 10  # ~ bandwidth x latency / SMs on an H200 (4.8 TB/s x ~0.9 us / 132)
+MAX_RESIDENT_PROGRAMS = 8  # rough occupancy cap (registers) for the per-SM in-flight estimate
+
+
+def auto_config_v2(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic v2: as many rows per program as v1, then BB so that the programs resident
+    on an SM have ~IN_FLIGHT_BYTES_PER_SM of weights loading at once (a GEMV only reaches the
+    copy bandwidth with that much in flight). Small matrices (0.8B: 1024 rows x K<=3584, 512
+    programs, < 4 per SM) get their whole K in one masked step instead of 7 steps of 512 B with
+    one warp. Warps: v1's rule (one per 512 B of 4-bit tile), at least 4."""
+    n_sm = sm_count(device)
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = _rows_per_program(rows, n_sm)
+    resident = max(1.0, min(MAX_RESIDENT_PROGRAMS, triton.cdiv(rows, bn) / n_sm))
+    block_bytes = max((BLOCK[w.qtype][1] if w.is_block else 256 * w.data.element_size()) for w in ws)
+    per_step = bn * block_bytes  # swiglu: gate and up are two loops one after the other, not one tile
+    steps = [s for s in (_k_steps(w) for w in ws) if s is not None] or [triton.cdiv(ws[0].cols, 256)]
+    want = IN_FLIGHT_BYTES_PER_SM / (resident * per_step)
+    bb = 1
+    while bb * 2 <= min(16, triton.next_power_of_2(max(steps))) and bb * 1.5 < want:
+        bb *= 2
+    tile_bytes = bn * bb * 128 * (2 if swiglu else 1)  # v1's measure, so unchanged tiles keep v1's warps
+    return GemvConfig(bn, bb, max(4, min(8, tile_bytes // 512)))
+
+
 def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
     if config is None:
-        config = INTERPRETER_CONFIG if x.device.type == "cpu" else auto_config(ws, x.device, swiglu)
+        config = INTERPRETER_CONFIG if x.device.type == "cpu" else AutoTile()
+    if isinstance(config, AutoTile):
+        if x.device.type == "cpu":
+            config = INTERPRETER_CONFIG
+        else:
+            tile = (auto_config if config.version == 1 else auto_config_v2)(ws, x.device, swiglu)
+            config = GemvConfig(tile.block_n, tile.block_b, tile.num_warps, config.q6, config.pdl, config.acc)
     cfg = config
     bn = cfg.block_n
-    bb = _fit_bb(ws, cfg.block_b)
+    bb = cfg.block_b
+    kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
+    pdl = bool(cfg.pdl) and x.device.type != "cpu"  # the interpreter has no grid dependency control
+    if pdl and not HAS_GDC:
+        raise ValueError(f"gemv: pdl needs triton.language.extra.cuda.gdc_wait (Triton >= 3.4), have {triton.__version__}")
+    lines = triton.next_power_of_2(max(1, max(triton.cdiv(_row_stride(w), 128) for w in ws if w.is_block)
+                                       if any(w.is_block for w in ws) else 1))
     K = ws[0].cols
     segs = list(ws) + [ws[0]] * (4 - len(ws))
     offs = list(out_offsets) + [0] * (4 - len(ws))
@@ -295,7 +501,8 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 
@@ -311,7 +518,7 @@ def _check_vec(name, t, n, device):
 def gemv(x: torch.Tensor, weights: Sequence[QWeight], out: torch.Tensor | None = None, *,
          norm_weight: torch.Tensor | None = None, eps: float = 1e-6, residual: torch.Tensor | None = None,
          conv_state: torch.Tensor | None = None, conv_weight: torch.Tensor | None = None,
-         swiglu: bool = False, config: GemvConfig | None = None) -> torch.Tensor:
+         swiglu: bool = False, config: GemvConfig | AutoTile | None = None) -> torch.Tensor:
     """out = concat_i(W_i x_n) with x_n = RMSNorm(x; norm_weight) if norm_weight is given.
 
     - residual: out = residual + W x (single matrix; residual may be `out` itself).

@@ -8,8 +8,8 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-@pytest.mark.parametrize("hk,hv", [(2, 4), (1, 1)])
-def test_gdn_decode_step_matches_naive_over_steps(device, hk, hv):
+@pytest.mark.parametrize("hk,hv,block_v", [(2, 4, None), (1, 1, None), (2, 4, 8), (1, 2, 16)])
+def test_gdn_decode_step_matches_naive_over_steps(device, hk, hv, block_v):
     dk = dv = 32 if device == "cpu" else 128
     state = torch.randn(hv, dk, dv, device=device) * 0.1
     state_ref = state.clone()
@@ -20,7 +20,7 @@ def test_gdn_decode_step_matches_naive_over_steps(device, hk, hv):
         proj = torch.randn(2 * hk * dk + 2 * hv * dv + 2 * hv, device=device)
         proj[-hv:] *= 10  # large a: exercises the softplus linear branch
         out = torch.full((hv * dv,), float("nan"), device=device)
-        gdn_decode_step(proj, state, ssm_a, dt_bias, nw, out, n_k_head=hk)
+        gdn_decode_step(proj, state, ssm_a, dt_bias, nw, out, n_k_head=hk, block_v=block_v)
         ref = gdn_decode_step_naive(proj, state_ref, ssm_a, dt_bias, nw, torch.empty_like(out), n_k_head=hk)
         assert _rel(out, ref) < 1e-5
         assert _rel(state, state_ref) < 1e-5

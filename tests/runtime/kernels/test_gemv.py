@@ -31,11 +31,13 @@ def test_gemv_single_matrix_with_norm(device, qtype):
     assert _rel(out2, gemv_naive(x, [w])) < 2e-5
 
 
-def test_gemv_tile_variants_agree(device):
-    w = random_qweight(GGMLType.Q4_K, 24, 1024, device, seed=int(torch.randint(0, 2**31, ()).item()))
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_K, GGMLType.Q5_K], ids=lambda t: t.name)
+def test_gemv_tile_variants_agree(device, qtype):
+    w = random_qweight(qtype, 24, 1024, device, seed=int(torch.randint(0, 2**31, ()).item()))
     x = torch.randn(1024, device=device)
     ref = gemv_naive(x, [w])
-    for cfg in (GemvConfig(1, 4, 1), GemvConfig(4, 2, 4), GemvConfig(8, 4, 4), GemvConfig(16, 1, 2)):
+    for cfg in (GemvConfig(1, 4, 1), GemvConfig(4, 2, 4, acc=1), GemvConfig(8, 4, 4), GemvConfig(16, 1, 2, acc=1),
+                GemvConfig(2, 8, 4, acc=1)):
         assert _rel(gemv(x, [w], _nan(24, device), config=cfg), ref) < 2e-5, cfg
 
 
@@ -78,3 +80,34 @@ def test_gemv_rejects_bad_shapes(device):
         gemv(torch.randn(512, device=device), [w])
     with pytest.raises(ValueError, match="input size"):
         gemv(torch.randn(256, device=device), [w, random_qweight(GGMLType.Q4_K, 8, 512, device)])
+
+
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0], ids=lambda t: t.name)
+def test_gemv_k_step_not_dividing_the_blocks(device, qtype):
+    """BB larger than / not dividing the block count (3 super-blocks): the last step is masked."""
+    seed = int(torch.randint(0, 2**31, ()).item())
+    K = 768
+    w = random_qweight(qtype, 10, K, device, seed=seed)
+    x = torch.randn(K, device=device)
+    nw = torch.rand(K, device=device) + 0.5
+    ref = gemv_naive(x, [w], norm_weight=nw)
+    for cfg in (GemvConfig(2, 2, 4), GemvConfig(4, 16, 4)):
+        out = gemv(x, [w], _nan(10, device), norm_weight=nw, config=cfg)
+        assert _rel(out, ref) < 2e-5, (cfg, seed)
+    h = torch.randn(10, device=device)
+    ref = gemv_naive(x, [w], residual=h)
+    gemv(x, [w], h, residual=h, config=GemvConfig(2, 4, 4))
+    assert _rel(h, ref) < 2e-5
+
+
+@pytest.mark.parametrize("q6,acc", [(1, 1), (1, 2), (2, 1), (2, 2)])
+def test_gemv_q6_k_unpackings(device, q6, acc):
+    seed = int(torch.randint(0, 2**31, ()).item())
+    K = 768  # 3 super-blocks: BB=2 and BB=4 steps are masked
+    w = random_qweight(GGMLType.Q6_K, 12, K, device, seed=seed)
+    x = torch.randn(K, device=device)
+    nw = torch.rand(K, device=device) + 0.5
+    ref = gemv_naive(x, [w], norm_weight=nw)
+    for bn, bb in ((4, 1), (2, 2), (8, 4)):
+        out = gemv(x, [w], _nan(12, device), norm_weight=nw, config=GemvConfig(bn, bb, 4, q6, acc=acc))
+        assert _rel(out, ref) < 2e-5, (bn, bb, seed)

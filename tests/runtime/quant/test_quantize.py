@@ -227,3 +227,17 @@ def test_bytes_round_trip_through_gguf_writer_and_reader(tmp_path):
         assert tuple(int(n) for n in reversed(t.shape.tolist())) == tuple(x.shape)
         back = dequantize_bytes(t.data, gtype, x.shape)
         assert torch.equal(back, dequantize_bytes(encoded[gtype], gtype, x.shape))
+
+
+def test_sqrtf_is_correctly_rounded_where_torch_sqrt_is_not():
+    """K-quant weights use sqrtf; torch's vectorised CPU sqrt is off by an ulp on some inputs,
+    which changed Q5_K scale choices (CPU bytes != CUDA bytes != llama.cpp)."""
+    from runtime.quant.quantize import _sqrtf
+
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    x = torch.cat([torch.rand(200_000, generator=g), torch.rand(1000, generator=g) * 1e-30,
+                   torch.tensor([0.0, 1.0, 2.0, 4.0, 1e-45, 3.0e38, float("inf")])])
+    exact = np.sqrt(x.numpy().astype(np.float64)).astype(np.float32)
+    assert np.array_equal(_sqrtf(x).numpy(), exact)
+    if x.device.type == "cpu":  # the case the helper exists for must be in the sample
+        assert (torch.sqrt(x).numpy() != exact).any() or torch.backends.cpu.get_cpu_capability() == "DEFAULT"
