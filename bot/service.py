@@ -169,7 +169,7 @@ class Service:
         repo = pr.repository
         return {"repo_url": repo.clone_url or pr.head_clone_url, "repo_full_name": repo.full_name,
                 "pr_number": pr.number, "base_ref": ev.base_ref, "base_sha": ev.base_sha, "head_sha": ev.head_sha,
-                "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models),
+                "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models) or None,
                 "attempt": ev.attempt, "eval_id": ev.id,
                 # The GPU side reads no settings of its own: it evaluates with these.
                 "settings": self.settings.eval.model_dump(mode="json")}
@@ -354,9 +354,16 @@ class Service:
             return  # nothing to say yet
         body = render.sticky_comment(current=current, earlier=earlier, awaiting_approval=pr.awaiting_approval,
                                      approval_label=self.settings.approval_label, head_sha=pr.head_sha,
-                                     models=list(self.settings.models))
+                                     models=self._models_shown(current))
         pr.sticky_comment_id = publish.upsert_sticky(self.gh_repo(pr.repository), pr.number, pr.sticky_comment_id,
                                                      body)
+
+    def _models_shown(self, current) -> list[str]:
+        """The models named under the comment: those measured, else those asked for (empty: the profile's)."""
+        result = current.result if current is not None else None
+        if result is not None and (result.gates or result.guards):
+            return list(dict.fromkeys([g.model for g in result.gates] + [g.model for g in result.guards]))
+        return list(self.settings.models)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)

@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     permission_cache_s: float = Field(60.0, ge=0)
 
     # Evaluation.
-    models: tuple[str, ...] = ("qwen35-tiny",)
+    models: tuple[str, ...] = ()  # primary models to evaluate; empty = every model of the profile
     gpu_workers: int = Field(1, ge=1)  # used for the queue ETA
     eval: EvalSettings = Field(default_factory=EvalSettings)
     check_name: str = "tokengate"

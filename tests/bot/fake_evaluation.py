@@ -98,7 +98,7 @@ def fake_evaluate(job: dict) -> dict:
         kind = "infra" if job["attempt"] == 1 else "xl"
     pct = re.search(r"xl:(\d+)", message)
     return result_for(kind, repo=job["repo_full_name"], pr=job["pr_number"], base_sha=job["base_sha"],
-                      head_sha=job["head_sha"], attempt=job["attempt"], model=job["models"][0],
+                      head_sha=job["head_sha"], attempt=job["attempt"], model=(job.get("models") or ["qwen35-tiny"])[0],
                       profile=job["profile"], speedup=int(pct.group(1)) / 100 if pct else 0.452).to_dict()
 
 
