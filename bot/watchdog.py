@@ -10,6 +10,7 @@ the result backend, and after the grace period the watchdog publishes it itself.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -85,8 +86,8 @@ def _age(since: datetime | None, now: datetime) -> float | None:
     return (now - since).total_seconds()
 
 
-def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: datetime | None = None
-                   ) -> list[Finding]:
+def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: datetime | None = None,
+                   recheck_s: float = 0.5) -> list[Finding]:
     """Every active evaluation that is lost, overdue, or finished but never published (read only)."""
     now = now or utcnow()
     grace = settings.watchdog_lost_after_s
@@ -130,7 +131,25 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
         else:
             out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST,
                                f"task {task} is neither queued nor on a worker {since_dispatch:.0f} s after dispatch"))
-    return out
+    return _confirmed(out, probe, recheck_s)
+
+
+ABSENCE = (InfraReason.WORKER_LOST, InfraReason.MESSAGE_LOST)
+
+
+def _confirmed(findings: list[Finding], probe: TaskProbe, recheck_s: float) -> list[Finding]:
+    """Look again, a moment later, at tasks judged lost by their absence: a worker moves a message from the
+    queue to its unacknowledged set in two steps, and a heartbeat may be just starting."""
+    if recheck_s <= 0 or not any(f.reason in ABSENCE for f in findings):
+        return findings
+    time.sleep(recheck_s)
+
+    def reappeared(f: Finding) -> bool:
+        # A running task's message sits unacknowledged until its worker acks it, dead or alive: only the
+        # heartbeat tells. A queued task may have been picked up meanwhile.
+        found = probe.beating(f.task_id) or probe.finished(f.task_id) is not None
+        return found or (f.reason is InfraReason.MESSAGE_LOST and probe.in_broker(f.task_id))
+    return [f for f in findings if f.reason not in ABSENCE or not reappeared(f)]
 
 
 def act(session: Session, service, finding: Finding) -> str:

@@ -167,3 +167,18 @@ def test_finished_task_whose_result_was_never_published_is_recovered(service, qu
     (done,) = evaluations()
     assert (done.state, done.verdict, done.attempt) == (EvalState.DONE, "XL", 1)
     assert github.repos["codertocat/hello-world"].pulls[2].labels == ["eval:XL", "eval-qwen35-tiny:XL"]
+
+
+def test_message_held_by_a_worker_is_not_lost(service, quiet_celery, github, remote):
+    """A worker that reserved the message (prefetch, countdown) holds it in kombu's unacked set, not the queue."""
+    app, client, prefix = quiet_celery
+    probe = watchdog.TaskProbe(app)
+    ev = open_pr(service, github, remote)
+    queue = Queue(GPU_QUEUE, Exchange(GPU_QUEUE), routing_key=GPU_QUEUE)
+    with app.connection_for_read() as conn, conn.Consumer(queue, accept=["json"], prefetch_count=1) as consumer:
+        held = []
+        consumer.register_callback(lambda body, message: held.append(message))  # never acknowledged
+        conn.drain_events(timeout=10)
+        assert held and client.llen(f"{prefix}{GPU_QUEUE}") == 0
+        assert probe.in_broker(ev.celery_task_id)
+        assert find(service, probe, service.settings.watchdog_lost_after_s + 1) == []
