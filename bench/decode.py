@@ -6,7 +6,9 @@ Per model: makes the synthetic Q4_K_M GGUF (runtime.cli synth), checks kernels a
 naive twins at the real shapes, checks the engine against the fp32 reference (0.8B: KL, top-1,
 3 seeds x 256 teacher-forced positions) and graph == eager, times tg128 at each depth (median of
 --runs after warm-up, with spread), the achieved weight bandwidth against a copy bandwidth
-measured in the same run, and GEMV tile variants. Every piece runs in its own try/except;
+measured in the same run, tg128 @0 of each engine variant (engine_variant_options: GEMV tile
+heuristics, accumulation, Q6_K unpacking, programmatic dependent launch, split GDN step; pick a
+subset with --engine-variants), and GEMV tile variants per matrix. Every piece runs in its own try/except;
 the receipt JSON is rewritten after each piece (to --out and bench/receipts/), a table is printed last.
 """
 from __future__ import annotations
@@ -356,6 +358,7 @@ def engine_variant_options() -> dict:
         "gemv_pdl_q6_qh_once": {"gemv_config": AutoTile(2, q6=2, pdl=True)},
         "gdn_pdl": {"gdn_pdl": True},
         "gemv_pdl+gdn_pdl": {"gemv_config": AutoTile(2, pdl=True), "gdn_pdl": True},
+        "all_pdl": {"gemv_config": AutoTile(2, pdl=True), "pdl": True},
         "gdn_split_bv64": {"gdn_block_v": 64},
         "gdn_split_bv32": {"gdn_block_v": 32},
         "gdn_split_bv16": {"gdn_block_v": 16},

@@ -366,11 +366,15 @@ def bench_attention(eng, args, receipt: Receipt) -> None:
                 receipt.add({"what": "flash_correctness", "T": T, "rel_err": ((out.float() - ref.float()).norm() / ref.float().norm()).item()})
                 print(f"[flash correctness T=1024] {receipt.data['results'][-1]}", flush=True)
                 continue
-            t = _cuda_time(lambda: flash_attn(q, qg, kc, vc, 0, out=out), args.n_kernel)
-            flops = 4.0 * hq * dh * T * T / 2  # causal: QKᵀ and PV over half the square
-            receipt.add({"what": "flash_attn", "T": T, "hq": hq, "hkv": hkv, "us": t,
-                         "tflops": flops / t["median"] / 1e6})
-            print(f"[flash T={T}] {t['median']:.0f} us, {flops / t['median'] / 1e6:.0f} TFLOP/s", flush=True)
+            flops = 4.0 * hq * dh * T * T / 2  # causal: QKᵀ and PV over half the square (useful FLOPs)
+            for cfg in (None, dict(BM=64, BN=64, BV=256, num_warps=8, num_stages=2),
+                        dict(BM=128, BN=64, BV=128, num_warps=8, num_stages=2)):
+                t = _cuda_time(lambda: flash_attn(q, qg, kc, vc, 0, out=out, config=None if cfg is None else dict(cfg)),
+                               args.n_kernel)
+                receipt.add({"what": "flash_attn", "T": T, "hq": hq, "hkv": hkv, "config": cfg or "default", "us": t,
+                             "tflops": flops / t["median"] / 1e6})
+                print(f"[flash T={T} {cfg or 'default'}] {t['median']:.0f} us, {flops / t['median'] / 1e6:.0f} TFLOP/s",
+                      flush=True)
         except Exception as e:  # noqa: BLE001
             receipt.error(f"flash T={T}", e)
 

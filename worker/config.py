@@ -5,7 +5,163 @@ plain data with each job, so the GPU side never reads the bot's environment or s
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import os
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+GateMetric = Literal["decode_tok_s", "prefill_tok_s"]
+
+
+def gate_name(metric: str, context: int) -> str:
+    return f"{'decode' if metric == 'decode_tok_s' else 'prefill'}@{context}"
+
+
+class ModelSpec(BaseModel):
+    """One model an evaluation runs. `synth` models are made by the deployed runtime's factory."""
+
+    name: str
+    role: Literal["primary", "guard"] = "primary"
+    synth: dict | None = None  # {"shape": "tiny", "quant": "q8_0", "seed": 0}
+    path: str | None = None  # an existing GGUF instead of a synthetic one
+    decode_contexts: list[int] = Field(default_factory=list)
+    prefill_contexts: list[int] = Field(default_factory=list)
+    scored: list[str] | None = None  # gate names that count for the tier; None = all gates
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.synth is None) == (self.path is None):
+            raise ValueError(f"model {self.name!r}: give exactly one of synth= or path=")
+        return self
+
+    def gate_names(self) -> list[str]:
+        return [gate_name("decode_tok_s", c) for c in self.decode_contexts] + [
+            gate_name("prefill_tok_s", c) for c in self.prefill_contexts
+        ]
+
+    def is_scored(self, gate: str) -> bool:
+        return self.role == "primary" and (self.scored is None or gate in self.scored)
+
+
+class ProfileSettings(BaseModel):
+    device: str = "cpu"
+    backend: str = "auto"  # passed to runtime.load_engine for both revisions
+    models: list[ModelSpec]
+    decode_tokens: int = Field(16, ge=2)  # greedy steps per decode measurement
+    pairs: int = Field(5, ge=2)  # ABBA pairs per gate
+    warmup: int = Field(1, ge=0)  # untimed rounds per revision before measuring
+    # "wall": parent perf_counter around each request (GPU boxes, dedicated). "oncpu": the on-CPU
+    # time of the revision's process tree from /proc/<pid>/task/*/schedstat, read by the parent:
+    # immune to other tenants of a shared CPU box (CI); the wall time is kept in the receipt.
+    clock: Literal["wall", "oncpu"] = "wall"
+    inner: int = Field(3, ge=1)  # timed requests per sample (the fastest counts; all are output-checked)
+    # Accuracy guards.
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    prompts_per_seed: int = Field(2, ge=1)
+    prompt_len: int = Field(48, ge=4)
+    # Output check on the timed decode runs (teacher-forced against the trusted reference).
+    output_min_agree: float = 0.9
+    output_tie_tol: float = 1e-3  # a token whose reference logit is within this of the max counts
+    verify_reps: int | None = None  # None = verify every timed rep; k = k reps per gate, drawn after timing
+    # Limits.
+    load_timeout_s: float = 300.0
+    request_timeout_s: float = 120.0
+    eval_timeout_s: float = 1800.0
+    # CPU affinity of the revision processes: "last" = one core (the last one this worker may use),
+    # shared by base and head so both meet the same contention; "all" = no pinning; or a list.
+    cpus: Literal["last", "all"] | list[int] = "last"
+    memory_limit_bytes: int | None = 16 << 30  # address-space limit (CPU only; CUDA maps huge VA)
+
+    @model_validator(mode="after")
+    def _seeds(self):
+        if len(self.seeds) < 3:
+            raise ValueError(f"accuracy guards need >= 3 seeds, got {len(self.seeds)}")
+        if not any(m.role == "primary" for m in self.models):
+            raise ValueError("a profile needs a primary model")
+        return self
+
+    def cpu_set(self) -> set[int] | None:
+        allowed = sorted(os.sched_getaffinity(0))
+        if self.cpus == "all":
+            return None
+        if self.cpus == "last":
+            return {allowed[-1]}
+        bad = set(self.cpus) - set(allowed)
+        if bad:
+            raise ValueError(f"cpus {sorted(bad)} are not available to this worker (allowed: {allowed})")
+        return set(self.cpus)
+
+    def max_context(self, model: ModelSpec) -> int:
+        return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len]) + self.decode_tokens + 8
+
+
+def _tiny(name: str, quant: str, seed: int, role: str, **kw) -> ModelSpec:
+    return ModelSpec(name=name, role=role, synth={"shape": "tiny", "quant": quant, "seed": seed}, **kw)
+
+
+def _real(shape: str, quant: str, role: str, **kw) -> ModelSpec:
+    return ModelSpec(name=f"qwen35-{shape}-{quant}", role=role, synth={"shape": shape, "quant": quant, "seed": 0}, **kw)
+
+
+DEFAULT_PROFILES: dict[str, ProfileSettings] = {
+    # CPU, tiny synthetic models, small contexts: CI and `tokengate demo`.
+    "quick": ProfileSettings(
+        device="cpu",
+        clock="oncpu",
+        models=[
+            _tiny("qwen35-tiny", "q8_0", 0, "primary", decode_contexts=[32, 128], prefill_contexts=[32, 128]),
+            _tiny("qwen35-tiny-f32", "f32", 1, "guard"),
+        ],
+        decode_tokens=6,
+        pairs=5,
+        inner=2,
+        verify_reps=2,
+        seeds=[0, 1, 2],
+        prompts_per_seed=2,
+        prompt_len=48,
+        load_timeout_s=120.0,
+        request_timeout_s=60.0,
+        eval_timeout_s=900.0,
+    ),
+    "standard": ProfileSettings(
+        device="cuda",
+        memory_limit_bytes=None,
+        cpus="all",
+        models=[
+            _real("0.8b", "q4_k_m", "primary", decode_contexts=[128, 512, 4096], prefill_contexts=[512, 4096]),
+            _real("4b", "q4_k_m", "guard", decode_contexts=[512]),
+        ],
+        decode_tokens=64,
+        pairs=5,
+        warmup=2,
+        seeds=[0, 1, 2],
+        prompts_per_seed=4,
+        prompt_len=256,
+        verify_reps=2,
+    ),
+    "full": ProfileSettings(
+        device="cuda",
+        memory_limit_bytes=None,
+        cpus="all",
+        models=[
+            _real(
+                "4b", "q4_k_m", "primary",
+                decode_contexts=[128, 512, 4096, 16384, 32768],
+                prefill_contexts=[512, 4096, 32768, 65536],
+            ),
+            _real("0.8b", "q8_0", "guard", decode_contexts=[512, 32768], prefill_contexts=[4096]),
+        ],
+        decode_tokens=128,
+        pairs=6,
+        warmup=2,
+        seeds=[0, 1, 2, 3],
+        prompts_per_seed=4,
+        prompt_len=512,
+        verify_reps=2,
+        request_timeout_s=600.0,
+        eval_timeout_s=7200.0,
+    ),
+}
 
 
 class EvalSettings(BaseModel):
@@ -18,3 +174,27 @@ class EvalSettings(BaseModel):
     tier_l: float = 0.15
     tier_xl: float = 0.40
     noise_floor_min: float = 0.02  # a change below this is never significant
+    # Used when this host has no A/A record for a gate (said so in the receipt).
+    noise_floor_uncalibrated: float = 0.10
+    noise_fence_k: float = 3.0  # floor = max(min, Q3 + k * IQR of |A/A deltas|)
+    min_aa_samples: int = Field(5, ge=3)  # fewer recorded A/A deltas than this = uncalibrated
+    confidence: float = 0.95  # bootstrap interval level
+    bootstrap_resamples: int = 2000
+    # Accuracy guards: uncalibrated defaults; A/A calibration replaces them per model.
+    top1_floor_default: float = 0.80
+    top1_max_drop_min: float = 0.01  # δ never below this
+    kl_bound_default: float = 0.5
+    profiles: dict[str, ProfileSettings] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
+
+    def profile_settings(self, name: str | None = None) -> ProfileSettings:
+        name = name or self.profile
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(self.profiles)}") from None
+
+    def tier_for(self, rel_change: float) -> str:
+        for tier, bar in (("XL", self.tier_xl), ("L", self.tier_l), ("M", self.tier_m), ("S", self.tier_s)):
+            if rel_change >= bar:
+                return tier
+        return "none"

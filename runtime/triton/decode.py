@@ -72,12 +72,13 @@ class DecodeStep:
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
                  gemv_config: GemvConfig | AutoTile | None = None, attn_block_t: int = 64,
-                 gdn_block_v: int | None = None, gdn_pdl: bool = False):
+                 gdn_block_v: int | None = None, gdn_pdl: bool = False, pdl: bool = False):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
         self.gemv_config = gemv_config
         self.attn_block_t = attn_block_t
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)
-        self.gdn_pdl = gdn_pdl  # programmatic dependent launch of the GDN step (bench variant)
+        self.gdn_pdl = gdn_pdl or pdl  # programmatic dependent launch of the GDN step (bench variant)
+        self.pdl = pdl  # PDL for the attention and argmax kernels too (GEMVs: gemv_config.pdl)
 
     def __call__(self) -> None:
         cfg, w, s, b, gc = self.cfg, self.w, self.s, self.b, self.gemv_config
@@ -93,7 +94,7 @@ class DecodeStep:
                 attention_decode(b.proj_attn, vec[p + "attn_q_norm.weight"], vec[p + "attn_k_norm.weight"], s.pos,
                                  s.k_cache[i_attn], s.v_cache[i_attn], b.o_attn, b.attn, n_head=cfg.n_head,
                                  n_kv_head=cfg.n_kv_head, head_dim=cfg.head_dim, rope_dims=cfg.rope_dims,
-                                 rope_base=cfg.rope_base, eps=eps, block_t=self.attn_block_t)
+                                 rope_base=cfg.rope_base, eps=eps, block_t=self.attn_block_t, pdl=self.pdl)
                 gemv(b.o_attn, [mat[p + "attn_output.weight"]], h, residual=h, config=gc)
                 i_attn += 1
             else:
@@ -109,7 +110,7 @@ class DecodeStep:
                  norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc)
             gemv(b.ffn, [mat[p + "ffn_down.weight"]], h, residual=h, config=gc)
         gemv(h, [w.lm_head], b.logits, norm_weight=vec["output_norm.weight"], eps=eps, config=gc)
-        argmax_to(b.logits, b.token, b.argmax, s.pos)  # next greedy token; position += 1
+        argmax_to(b.logits, b.token, b.argmax, s.pos, pdl=self.pdl)  # next greedy token; position += 1
 
 
 class GraphRunner:

@@ -34,7 +34,7 @@ def _interpreting() -> bool:
 class TritonEngine:
     def __init__(self, model: GGUFModel, device="cuda", max_context: int = 32768, *, use_graph: bool | None = None,
                  gemv_config: GemvConfig | AutoTile | None = None, attn_block_t: int = 64, n_split: int | None = None,
-                 gdn_block_v: int | None = None, gdn_pdl: bool = False):
+                 gdn_block_v: int | None = None, gdn_pdl: bool = False, pdl: bool = False):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available")
@@ -57,7 +57,7 @@ class TritonEngine:
         self.state = DecodeState(self.config, self.max_context, dev)
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
         self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_block_t=attn_block_t,
-                               gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl)
+                               gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl)
         self.use_graph = (dev.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and dev.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")

@@ -171,6 +171,7 @@ def launched_kernels(launches: list[Launch]) -> set[str]:
 def kernel_functions() -> dict[str, Any]:
     """Every top-level @triton.jit kernel of runtime/kernels (helpers called by other kernels excluded)."""
     import importlib
+    import importlib.util
     import pkgutil
 
     from triton.runtime.jit import JITFunction
@@ -179,13 +180,41 @@ def kernel_functions() -> dict[str, Any]:
 
     jits: dict[str, Any] = {}
     for mod in pkgutil.iter_modules(kernels.__path__):
-        if not mod.ispkg:  # shared @triton.jit helpers (tl_utils) hold no launchable kernel
+        if not mod.ispkg:  # a shared helper module (tl_utils), no kernels
             continue
+        if importlib.util.find_spec(f"{kernels.__name__}.{mod.name}.kernel") is None:
+            continue  # a helper package (pdl), no kernels
         m = importlib.import_module(f"{kernels.__name__}.{mod.name}.kernel")
         jits.update({name: obj for name, obj in vars(m).items() if isinstance(obj, JITFunction)})
     sources = {name: inspect.getsource(f.fn) for name, f in jits.items()}
     return {name: f for name, f in jits.items()
             if not any(f"{name}(" in src for other, src in sources.items() if other != name)}
+
+
+def resource_usage(kernel) -> dict | None:
+    """Registers and local memory (spills) of a compiled kernel, from Triton's bundled cuobjdump;
+    None when the tool is not there."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        tool = shutil.which("cuobjdump")
+    if not tool or "cubin" not in kernel.asm:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
+    if not m:
+        return None
+    return {"registers": int(m[1]), "stack_bytes": int(m[2]), "shared_bytes": int(m[3]), "local_bytes": int(m[4])}
 
 
 _PENDING: list[Launch] = []
@@ -194,24 +223,25 @@ _PENDING: list[Launch] = []
 _ARCH = [90]
 
 
-def _compile_index(i: int) -> tuple[int, str | None, float]:
+def _compile_index(i: int) -> tuple[int, str | None, float, dict | None]:
     import time
 
     t = time.perf_counter()
     try:
-        compile_launch(_PENDING[i], _ARCH[0])
-        return i, None, time.perf_counter() - t
+        kernel = compile_launch(_PENDING[i], _ARCH[0])
+        return i, None, time.perf_counter() - t, resource_usage(kernel)
     except Exception as e:  # report every failure, not just the first
         msg = f"{type(e).__name__}: {e}"
         cause = e.__cause__
         while cause is not None:
             msg += f"\ncaused by {type(cause).__name__}: {cause}"
             cause = cause.__cause__
-        return i, msg[-4000:], time.perf_counter() - t
+        return i, msg[-4000:], time.perf_counter() - t, None
 
 
-def compile_all(launches: list[Launch], jobs: int = 1, arch: int = 90) -> list[tuple[Launch, str | None, float]]:
-    """Compile each launch (forked worker processes when jobs > 1); (launch, error or None, seconds)."""
+def compile_all(launches: list[Launch], jobs: int = 1, arch: int = 90) -> list[tuple]:
+    """Compile each launch (forked worker processes when jobs > 1); (launch, error or None, seconds,
+    resource usage or None)."""
     import multiprocessing
 
     _PENDING[:] = launches
@@ -221,7 +251,7 @@ def compile_all(launches: list[Launch], jobs: int = 1, arch: int = 90) -> list[t
     else:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             results = pool.map(_compile_index, range(len(launches)), chunksize=1)
-    return [(launches[i], err, secs) for i, err, secs in results]
+    return [(launches[i], err, secs, res) for i, err, secs, res in results]
 
 
 def main(argv=None) -> int:
@@ -254,7 +284,7 @@ def main(argv=None) -> int:
         from ..kernels.gemv import AutoTile
 
         shape = args.shapes.split(",")[0]
-        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32}, {"gdn_pdl": True}):
+        for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True}):
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)
@@ -264,8 +294,9 @@ def main(argv=None) -> int:
         "kernels_defined": sorted(kernel_functions()),
         "kernels_launched": sorted(launched_kernels(unique)),
         "compiled": [{"kernel": lc.kernel, "constexprs": {k: repr(v) for k, v in lc.constexprs.items()},
-                      "options": lc.options, "grid": lc.grid, "shapes": lc.tags, "seconds": round(s, 2), "error": err}
-                     for lc, err, s in results],
+                      "options": lc.options, "grid": lc.grid, "shapes": lc.tags, "seconds": round(s, 2), "error": err,
+                      "resources": res}
+                     for lc, err, s, res in results],
         "seconds": round(time.perf_counter() - t0, 1),
     }
     if args.json:
@@ -273,7 +304,9 @@ def main(argv=None) -> int:
     else:
         for r in summary["compiled"]:
             status = "ok" if r["error"] is None else "FAIL"
-            print(f"{status:4} {r['seconds']:5.1f}s {r['kernel']:24} grid={r['grid']} {r['shapes']} {r['constexprs']}")
+            res = r["resources"] or {}
+            print(f"{status:4} {r['seconds']:5.1f}s {r['kernel']:24} grid={r['grid']} regs={res.get('registers')} "
+                  f"local={res.get('local_bytes')} {r['shapes']} {r['constexprs']}")
             if r["error"]:
                 print(r["error"])
         print(f"{len(summary['compiled'])} specializations in {summary['seconds']} s")

@@ -158,10 +158,12 @@ def test_triton_backend_missing_is_a_clear_error(monkeypatch):
 
     import runtime.engine as engine_module
 
-    # A None entry makes `from .triton import engine` raise ImportError, as a broken install would.
+    # A None entry makes `from .triton import engine` raise ImportError, as a broken install would
+    # (and the package attribute must go too: an earlier test may have imported the module).
+    import runtime.triton
+
     monkeypatch.setitem(sys.modules, "runtime.triton.engine", None)
-    if "runtime.triton" in sys.modules:  # an earlier import left the submodule as a package attribute
-        monkeypatch.delattr(sys.modules["runtime.triton"], "engine", raising=False)
+    monkeypatch.delattr(runtime.triton, "engine", raising=False)
 
     monkeypatch.setattr(engine_module, "_check_device", lambda device: torch.device("cuda"))
     with pytest.raises(RuntimeError, match="backend 'triton' is unavailable"):

@@ -9,9 +9,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
+
 
 @triton.jit
-def _argmax_stage1(p_logits, p_bmax, p_bidx, n, BLOCK: tl.constexpr):
+def _argmax_stage1(p_logits, p_bmax, p_bidx, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     i_b = tl.program_id(0)
     offs = i_b * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(p_logits + offs, mask=offs < n, other=float("-inf"))
@@ -22,7 +27,11 @@ def _argmax_stage1(p_logits, p_bmax, p_bidx, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _argmax_stage2(p_bmax, p_bidx, p_token, p_pos, n_blocks, ADVANCE: tl.constexpr, NB: tl.constexpr):
+def _argmax_stage2(p_bmax, p_bidx, p_token, p_pos, n_blocks, ADVANCE: tl.constexpr, NB: tl.constexpr,
+                   PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     offs = tl.arange(0, NB)
     mask = offs < n_blocks
     m = tl.load(p_bmax + offs, mask=mask, other=float("-inf"))
@@ -41,13 +50,15 @@ class ArgmaxWorkspace:
         self.bidx = torch.empty(self.n_blocks, dtype=torch.int32, device=device)
 
 
-def argmax_to(logits: torch.Tensor, token: torch.Tensor, ws: ArgmaxWorkspace, pos: torch.Tensor | None = None) -> torch.Tensor:
+def argmax_to(logits: torch.Tensor, token: torch.Tensor, ws: ArgmaxWorkspace, pos: torch.Tensor | None = None,
+              pdl: bool = False) -> torch.Tensor:
     """token[0] = argmax(logits) on the device; if `pos` is given, pos[0] += 1 afterwards."""
     if logits.dim() != 1 or logits.shape[0] != ws.n or logits.dtype != torch.float32:
         raise ValueError(f"argmax_to: logits must be fp32 [{ws.n}], got {tuple(logits.shape)} {logits.dtype}")
     if token.dtype != torch.int32 or token.numel() < 1:
         raise ValueError("argmax_to: token must be an int32 tensor")
-    _argmax_stage1[(ws.n_blocks,)](logits, ws.bmax, ws.bidx, ws.n, BLOCK=ws.block)
+    pdl, pkw = pdl_launch(pdl, logits.device, "argmax_to")
+    _argmax_stage1[(ws.n_blocks,)](logits, ws.bmax, ws.bidx, ws.n, BLOCK=ws.block, PDL=pdl, **pkw)
     _argmax_stage2[(1,)](ws.bmax, ws.bidx, token, pos if pos is not None else token, ws.n_blocks,
-                         ADVANCE=pos is not None, NB=triton.next_power_of_2(ws.n_blocks))
+                         ADVANCE=pos is not None, NB=triton.next_power_of_2(ws.n_blocks), PDL=pdl, **pkw)
     return token

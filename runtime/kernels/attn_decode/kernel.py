@@ -14,12 +14,17 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
+
 LOG2E = 1.4426950408889634
 
 
 @triton.jit
 def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_head, eps, log2_base,
-                      DH: tl.constexpr, ROPE: tl.constexpr):
+                      DH: tl.constexpr, ROPE: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # everything below reads the q/k/v projection the previous kernel wrote
+        gdc_launch_dependents()
+        gdc_wait()
     i_h = tl.program_id(0)
     pos = tl.load(p_pos)
     d = tl.arange(0, DH)
@@ -51,7 +56,10 @@ def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_h
 @triton.jit
 def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_scale_log2,
                          G: tl.constexpr, GP: tl.constexpr, DH: tl.constexpr, BT: tl.constexpr,
-                         NSPLIT: tl.constexpr):
+                         NSPLIT: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     i_kv = tl.program_id(0)
     i_s = tl.program_id(1)
     n_tok = tl.load(p_pos) + 1  # the current token is already appended
@@ -89,18 +97,29 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
 
 
 @triton.jit
-def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr):
+def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr,
+                         SB: tl.constexpr, PDL: tl.constexpr = False):
+    """Merge the splits of head i_h, SB splits at a time (a [NSPLIT, DH] tile at once spilled at
+    NSPLIT=128: 255 registers + spills at the 0.8B shape), then apply the output gate."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     i_h = tl.program_id(0)
-    s = tl.arange(0, NSPLIT)
     d = tl.arange(0, DH)
-    m = tl.load(p_m + i_h * NSPLIT + s)
-    l = tl.load(p_l + i_h * NSPLIT + s)
-    m_all = tl.max(m, axis=0)
-    w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_all))  # empty splits weigh nothing
-    acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :], mask=(m > float("-inf"))[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    m_all = tl.max(tl.load(p_m + i_h * NSPLIT + tl.arange(0, NSPLIT)), axis=0)
+    o = tl.zeros([DH], tl.float32)
+    den = tl.zeros([1], tl.float32)
+    for s0 in tl.static_range(0, NSPLIT, SB):
+        s = s0 + tl.arange(0, SB)
+        m = tl.load(p_m + i_h * NSPLIT + s)
+        l = tl.load(p_l + i_h * NSPLIT + s)
+        valid = m > float("-inf")
+        w = tl.where(valid, tl.exp2(m - m_all), 0.0)  # empty splits weigh nothing (and their acc is not read)
+        acc = tl.load(p_acc + (i_h * NSPLIT + s)[:, None] * DH + d[None, :], mask=valid[:, None], other=0.0)
+        o += tl.sum(acc * w[:, None], axis=0)
+        den += tl.sum(l * w, axis=0)
     z = tl.load(p_proj + i_h * 2 * DH + DH + d)  # the head's output-gate logits
-    tl.store(p_out + i_h * DH + d, o / (1.0 + tl.exp(-z)))
+    tl.store(p_out + i_h * DH + d, o / den / (1.0 + tl.exp(-z)))
 
 
 class AttnWorkspace:
@@ -122,7 +141,7 @@ def default_n_split(max_context: int, n_kv_head: int, n_sm: int = 132) -> int:
 
 def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: AttnWorkspace, *, n_head: int,
                      n_kv_head: int, head_dim: int, rope_dims: int, rope_base: float, eps: float = 1e-6,
-                     block_t: int = 64, num_warps: int | None = None) -> torch.Tensor:
+                     block_t: int = 64, num_warps: int | None = None, pdl: bool = False) -> torch.Tensor:
     """Gated attention output [Hq*Dh] for the token at device position `pos` (int32 [1]); appends K/V."""
     dh = head_dim
     need = 2 * n_head * dh + 2 * n_kv_head * dh
@@ -139,10 +158,13 @@ def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: A
     g = n_head // n_kv_head
     cpu = proj.device.type == "cpu"
     nw = num_warps or (1 if cpu else 4)
+    pdl, pkw = pdl_launch(pdl, proj.device, "attention_decode")
     _attn_prep_kernel[(n_head + n_kv_head,)](proj, q_norm_w, k_norm_w, pos, ws.q, k_cache, v_cache, n_head, n_kv_head,
-                                             float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, num_warps=nw)
+                                             float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, PDL=pdl,
+                                             num_warps=nw, **pkw)
     _attn_partial_kernel[(n_kv_head, ws.n_split)](
         ws.q, k_cache, v_cache, pos, ws.m, ws.l, ws.acc, n_kv_head, LOG2E / math.sqrt(dh),
-        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, num_warps=nw)
-    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split, num_warps=nw)
+        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw, **pkw)
+    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split,
+                                    SB=min(ws.n_split, 16), PDL=pdl, num_warps=nw, **pkw)
     return out

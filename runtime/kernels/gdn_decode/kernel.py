@@ -12,13 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-try:  # programmatic dependent launch (Hopper): Triton >= 3.4
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    HAS_GDC = True
-except ImportError:  # pragma: no cover
-    gdc_launch_dependents = gdc_wait = None
-    HAS_GDC = False
+from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
 
 
 @triton.jit
@@ -149,9 +143,7 @@ def gdn_decode_step(proj: torch.Tensor, state: torch.Tensor, ssm_a: torch.Tensor
         return out
     if num_warps is None:
         num_warps = 1 if cpu else 8
-    pdl = bool(pdl) and not cpu
-    if pdl and not HAS_GDC:
-        raise ValueError(f"gdn_decode_step: pdl needs Triton >= 3.4 (gdc_wait), have {triton.__version__}")
+    pdl, pdl_kw = pdl_launch(pdl, proj.device, "gdn_decode_step")
     _gdn_decode_kernel[(hv,)](proj, state, ssm_a, dt_bias, norm_weight, out, n_k_head, hv, float(eps),
-                              DK=dk, DV=dv, PDL=pdl, num_warps=num_warps, **({"launch_pdl": True} if pdl else {}))
+                              DK=dk, DV=dv, PDL=pdl, num_warps=num_warps, **pdl_kw)
     return out

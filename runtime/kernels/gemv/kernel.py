@@ -21,13 +21,7 @@ import triton.language as tl
 from ...gguf import BLOCK, GGMLType
 from ...triton.weights import QWeight
 
-try:  # programmatic dependent launch (Hopper): Triton >= 3.4
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
-    HAS_GDC = True
-except ImportError:  # pragma: no cover - older Triton: the pdl flag is refused
-    gdc_launch_dependents = gdc_wait = None
-    HAS_GDC = False
+from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
 
 # qtype codes inside the kernel
 T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_K, T_Q5_K, T_Q6_K = 0, 1, 2, 3, 4, 5, 6
@@ -474,9 +468,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
     bn = cfg.block_n
     bb = cfg.block_b
     kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
-    pdl = bool(cfg.pdl) and x.device.type != "cpu"  # the interpreter has no grid dependency control
-    if pdl and not HAS_GDC:
-        raise ValueError(f"gemv: pdl needs triton.language.extra.cuda.gdc_wait (Triton >= 3.4), have {triton.__version__}")
+    pdl, pdl_kw = pdl_launch(cfg.pdl, x.device, "gemv")
     lines = triton.next_power_of_2(max(1, max(triton.cdiv(_row_stride(w), 128) for w in ws if w.is_block)
                                        if any(w.is_block for w in ws) else 1))
     K = ws[0].cols
@@ -502,7 +494,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
         KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
-        **({"launch_pdl": True} if pdl else {}),
+        **pdl_kw,
     )
     return out
 

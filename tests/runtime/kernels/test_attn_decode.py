@@ -8,7 +8,7 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-@pytest.mark.parametrize("n_split,pos", [(4, 0), (4, 37), (1, 90), (8, 150), (8, 3)])
+@pytest.mark.parametrize("n_split,pos", [(4, 0), (4, 37), (1, 90), (8, 150), (8, 3), (64, 150)])
 def test_attention_decode_matches_naive(device, n_split, pos):
     hq, hkv, dh, ctx = 4, 2, 256, 160
     kw = dict(n_head=hq, n_kv_head=hkv, head_dim=dh, rope_dims=64, rope_base=1e7)

@@ -48,3 +48,8 @@ def test_decode_kernels_compile_for_sm90():
     assert not missing, f"kernels the decode step never launches (not compile-checked): {sorted(missing)}"
     for shape in SHAPES.split(","):
         assert any(shape in c["shapes"] for c in summary["compiled"]), shape
+    measured = [c for c in summary["compiled"] if c["resources"]]
+    if measured:  # Triton ships cuobjdump with its ptxas; no spills to local memory in any launch
+        spills = [f"{c['kernel']} {c['constexprs']} {c['options']}: {c['resources']}" for c in measured
+                  if c["resources"]["local_bytes"] or c["resources"]["stack_bytes"]]
+        assert not spills, "register spills:\n" + "\n".join(spills)

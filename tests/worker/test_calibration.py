@@ -1,0 +1,71 @@
+"""A/A calibration feeds the noise floors and guard bounds; INFRA is retried with backoff."""
+from worker.aa_store import AAStore
+from worker.cli import calibrate
+from worker.config import EvalSettings
+from worker.guards import guard_bounds
+from worker.pipeline import Job, evaluate, evaluate_with_retries
+from worker.records import InfraKind, Verdict
+
+from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
+
+
+def _profile(tmp_path):
+    p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=3, inner=1, warmup=0, prompts_per_seed=1)
+    return p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
+                                                                          "prefill_contexts": [64]})]})
+
+
+def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, cache):
+    repo = make_repo(tmp_path)
+    store = AAStore(tmp_path / "aa.sqlite")
+    settings = make_settings(_profile(tmp_path), min_aa_samples=5)
+    summary = calibrate(str(repo), "main", settings, runs=5, store=store, trusted_root=GOOD)
+    assert summary["runs"] == 5
+    floors = summary["floors"]
+    assert set(floors) == {"fake decode@32", "fake prefill@64"}
+    assert all(f["n"] == 5 and f["floor"] >= 0.02 for f in floors.values())
+    assert len(store.guard_scores(summary["host"], "test", "fake")) == 5 * 3  # 5 runs x 3 seeds
+    r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), settings,
+                 trusted_root=GOOD, store=store)
+    nf = r.receipt["models"]["fake"]["noise_floors"]
+    assert nf["decode@32"]["calibrated"] and nf["decode@32"]["floor"] == floors["fake decode@32"]["floor"]
+    assert r.receipt["models"]["fake"]["guard_bounds"]["calibrated"]
+
+
+def test_guard_bounds_from_aa_scores():
+    s = EvalSettings()
+    # main's per-seed top-1 wanders between 0.887 and 0.925 (the seeds' bar-inside-noise case)
+    scores = [(i, t, 0.05) for i, t in enumerate([0.887, 0.925, 0.91, 0.9, 0.915, 0.905])]
+    b = guard_bounds(scores, n_seeds=3, s=s)
+    assert b.calibrated and b.top1_floor <= 0.887  # main itself never fails its own floor
+    assert b.max_drop >= s.top1_max_drop_min and b.kl_bound >= 0.05
+    u = guard_bounds(scores[:2], n_seeds=3, s=s)
+    assert not u.calibrated and u.top1_floor == s.top1_floor_default
+
+
+def test_infra_is_retried_with_backoff_then_said_plainly(tmp_path, cache):
+    repo = make_repo(tmp_path, head="load_fail")
+    settings = make_settings(_profile(tmp_path)).model_copy(update={"retries": 2, "retry_backoff_s": 1.5})
+    slept = []
+    r = evaluate_with_retries(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), settings,
+                              sleep=slept.append, trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
+    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.LOAD_FAILURE
+    assert slept == [1.5, 3.0] and r.attempt == 3
+    assert "still failing after 3 attempts" in r.summary and "nothing was merged" in r.summary
+
+
+def test_checkout_of_a_missing_ref_is_infra(tmp_path, cache):
+    repo = make_repo(tmp_path)
+    r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="no-such-branch", profile="test"),
+                 make_settings(_profile(tmp_path)), trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
+    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.CHECKOUT_FAILURE
+    assert "no-such-branch" in r.infra_detail
+
+
+def test_whole_evaluation_time_limit_is_infra(tmp_path, cache):
+    repo = make_repo(tmp_path)
+    p = _profile(tmp_path).model_copy(update={"eval_timeout_s": 0.01})
+    r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), make_settings(p),
+                 trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
+    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.TIMEOUT, r.summary
+    assert "limit" in r.infra_detail

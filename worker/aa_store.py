@@ -1,0 +1,59 @@
+"""A/A calibration records: per-gate speed deltas and per-seed guard scores of base vs base.
+
+A small SQLite file (stdlib sqlite3) under the cache dir, keyed by the measuring host (device
+fingerprint), profile and model. The noise floor of a gate and the guard floors are computed
+from these rows; the bot's database is not involved (the GPU side holds no DB credentials).
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+from .paths import cache_dir
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gate_delta (
+    host TEXT NOT NULL, profile TEXT NOT NULL, model TEXT NOT NULL, gate TEXT NOT NULL,
+    delta REAL NOT NULL, sha TEXT, created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS gate_delta_key ON gate_delta(host, profile, model, gate);
+CREATE TABLE IF NOT EXISTS guard_score (
+    host TEXT NOT NULL, profile TEXT NOT NULL, model TEXT NOT NULL, seed INTEGER NOT NULL,
+    top1 REAL NOT NULL, kl REAL NOT NULL, sha TEXT, created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS guard_score_key ON guard_score(host, profile, model);
+"""
+
+
+class AAStore:
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path else cache_dir() / "aa.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as db, db:
+            db.executescript(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def add_gate_delta(self, host: str, profile: str, model: str, gate: str, delta: float, sha: str | None = None):
+        with closing(self._connect()) as db, db:
+            db.execute("INSERT INTO gate_delta VALUES (?,?,?,?,?,?,?)",
+                       (host, profile, model, gate, float(delta), sha, time.time()))
+
+    def gate_deltas(self, host: str, profile: str, model: str, gate: str, limit: int = 200) -> list[float]:
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT delta FROM gate_delta WHERE host=? AND profile=? AND model=? AND gate=? "
+                              "ORDER BY created DESC LIMIT ?", (host, profile, model, gate, limit)).fetchall()
+        return [r[0] for r in rows]
+
+    def add_guard_score(self, host: str, profile: str, model: str, seed: int, top1: float, kl: float,
+                        sha: str | None = None):
+        with closing(self._connect()) as db, db:
+            db.execute("INSERT INTO guard_score VALUES (?,?,?,?,?,?,?,?)",
+                       (host, profile, model, int(seed), float(top1), float(kl), sha, time.time()))
+
+    def guard_scores(self, host: str, profile: str, model: str, limit: int = 500) -> list[tuple[int, float, float]]:
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT seed, top1, kl FROM guard_score WHERE host=? AND profile=? AND model=? "
+                              "ORDER BY created DESC LIMIT ?", (host, profile, model, limit)).fetchall()
+        return [(int(s), float(t), float(k)) for s, t, k in rows]

@@ -1,0 +1,1 @@
+"""Trusted harness: the child driver script and the parent-side client that times it."""

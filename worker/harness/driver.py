@@ -1,0 +1,210 @@
+"""Trusted child driver: answers JSON-line requests by calling one revision's `runtime` engine.
+
+Run as a script (`python -I driver.py REVISION_ROOT RESPONSE_FD`), never imported by the worker.
+It must stay self-contained: stdlib, plus torch/numpy only when the revision's runtime brought
+them in, plus the revision's own `runtime` package from REVISION_ROOT — importing worker/ or the
+deployed runtime here would let the two revisions' modules clash.
+
+Nothing this process says about time is used: the parent times each request from outside. The
+driver synchronises the device before answering so that the parent's clock covers the work.
+Revision code's own stdout is redirected to stderr so it cannot forge protocol lines casually.
+"""
+import json
+import os
+import sys
+import traceback
+
+DRIVER_VERSION = 1
+
+
+def _tail(text, n=4000):
+    return text[-n:]
+
+
+def _classify(exc):
+    name = type(exc).__name__
+    msg = str(exc)
+    if isinstance(exc, MemoryError) or name == "OutOfMemoryError" or "out of memory" in msg.lower():
+        return "oom"
+    return "error"
+
+
+def _to_list(x):
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu()
+    return x.tolist() if hasattr(x, "tolist") else list(x)
+
+
+class Driver:
+    def __init__(self, root):
+        self.root = root
+        self.runtime = None
+        self.engine = None
+        self.staged = {}
+        self.torch = None
+
+    # -- requests ---------------------------------------------------------------------------
+    def hello(self, req):
+        sys.path.insert(0, self.root)
+        try:
+            import runtime  # the revision's own package, from its worktree only
+        except BaseException as exc:  # noqa: BLE001 - any import failure is the revision's
+            return {"ok": False, "kind": "import", "error": f"{type(exc).__name__}: {exc}",
+                    "trace": _tail(traceback.format_exc())}
+        origin = os.path.realpath(getattr(runtime, "__file__", "") or "")
+        if not origin.startswith(os.path.realpath(self.root) + os.sep):
+            return {"ok": False, "kind": "import", "error": f"runtime imported from {origin}, not {self.root}"}
+        if not callable(getattr(runtime, "load_engine", None)):
+            return {"ok": False, "kind": "protocol", "error": "runtime.load_engine is missing"}
+        self.runtime = runtime
+        self.torch = sys.modules.get("torch")
+        return {"ok": True, "runtime_file": origin, "protocol": getattr(runtime, "PROTOCOL_VERSION", None),
+                "python": sys.version.split()[0],
+                "torch": getattr(self.torch, "__version__", None),
+                "triton": getattr(sys.modules.get("triton"), "__version__", None),
+                "driver": DRIVER_VERSION}
+
+    def load(self, req):
+        self.engine = None  # a second model replaces the first; free it before loading
+        self.staged.clear()
+        import gc
+
+        gc.collect()
+        try:
+            self.engine = self.runtime.load_engine(req["path"], device=req["device"],
+                                                   max_context=req["max_context"], backend=req["backend"])
+        except TypeError as exc:
+            return {"ok": False, "kind": "protocol", "error": f"load_engine signature: {exc}",
+                    "trace": _tail(traceback.format_exc())}
+        self.torch = sys.modules.get("torch")
+        missing = [m for m in ("prefill", "decode", "generate_greedy", "reset", "synchronize")
+                   if not callable(getattr(self.engine, m, None))]
+        if missing:
+            return {"ok": False, "kind": "protocol", "error": f"engine lacks {', '.join(missing)}"}
+        vocab = getattr(getattr(self.engine, "config", None), "vocab_size", None)
+        if not isinstance(vocab, int) or vocab <= 0:
+            return {"ok": False, "kind": "protocol", "error": f"engine.config.vocab_size is {vocab!r}"}
+        self.vocab = vocab
+        return {"ok": True, "vocab_size": vocab, "memory": self._memory(),
+                "torch": getattr(self.torch, "__version__", None),
+                "triton": getattr(sys.modules.get("triton"), "__version__", None)}
+
+    def stage(self, req):
+        ids = [int(t) for t in req["ids"]]
+        self.staged[req["key"]] = self.torch.tensor(ids, dtype=self.torch.long) if self.torch else ids
+        return {"ok": True, "n": len(ids)}
+
+    def prefill(self, req):
+        self.engine.reset()
+        out = self.engine.prefill(self.staged[req["key"]])
+        self.engine.synchronize()
+        return self._summary(out)
+
+    def generate(self, req):
+        ids = self.engine.generate_greedy(int(req["n"]))
+        self.engine.synchronize()
+        ids = _to_list(ids)
+        if len(ids) != int(req["n"]) or not all(isinstance(t, (int, float)) and float(t).is_integer() for t in ids):
+            return {"ok": False, "kind": "protocol",
+                    "error": f"generate_greedy({req['n']}) returned {str(ids)[:200]}"}
+        return {"ok": True, "ids": [int(t) for t in ids]}
+
+    def logits(self, req):
+        """All-position logits of a staged prompt, written as raw float32 for the parent to read."""
+        self.engine.reset()
+        out = self.engine.prefill(self.staged[req["key"]], all_logits=True)
+        self.engine.synchronize()
+        n = len(self.staged[req["key"]])
+        if hasattr(out, "detach"):
+            arr = out.detach().float().cpu().contiguous()
+            shape = list(arr.shape)
+            data = arr.numpy().tobytes()
+        else:
+            import numpy as np  # a numpy-only runtime returns arrays
+
+            arr = np.ascontiguousarray(np.asarray(out, dtype=np.float32))
+            shape, data = list(arr.shape), arr.tobytes()
+        if shape != [n, self.vocab]:
+            return {"ok": False, "kind": "protocol", "error": f"all_logits shape {shape}, expected [{n}, {self.vocab}]"}
+        with open(req["out"], "wb") as f:
+            f.write(data)
+        return {"ok": True, "shape": shape}
+
+    def teacher(self, req):
+        """Teacher-forced check rows for emitted ids: [logit of the emitted id, max logit, argmax]."""
+        self.engine.reset()
+        out = self.engine.prefill(self.staged[req["key"]])
+        rows = []
+        emitted = [int(t) for t in req["emitted"]]
+        for i, t in enumerate(emitted):
+            vals = out.detach().float().reshape(-1) if hasattr(out, "detach") else out
+            rows.append([float(vals[t]), float(vals.max()), int(vals.argmax())])
+            if i + 1 < len(emitted):
+                out = self.engine.decode(t)
+        return {"ok": True, "rows": rows}
+
+    def memory(self, req):
+        return {"ok": True, "memory": self._memory()}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def device_sync(self):
+        """Synchronise CUDA ourselves too: the engine's own synchronize() is revision code."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def _memory(self):
+        try:
+            stats = self.engine.memory_stats()
+            return {k: (int(v) if isinstance(v, (int, float)) else None) for k, v in dict(stats).items()}
+        except Exception as exc:  # noqa: BLE001 - optional, reported as unknown
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _summary(self, out):
+        """Small facts about a [V] logits vector; the parent decides what they mean."""
+        if hasattr(out, "detach"):
+            t = out.detach().float().reshape(-1)
+            n, finite = t.numel(), bool(self.torch.isfinite(t).all())
+            nonzero = bool((t != 0).any())
+            argmax = int(t.argmax()) if finite else None
+            spread = float(t.max() - t.min()) if finite else None
+        else:
+            vals = [float(v) for v in _to_list(out)]
+            n = len(vals)
+            finite = all(v == v and abs(v) != float("inf") for v in vals)
+            nonzero = any(v != 0 for v in vals)
+            argmax = max(range(n), key=vals.__getitem__) if finite and n else None
+            spread = (max(vals) - min(vals)) if finite and n else None
+        if n != self.vocab:
+            return {"ok": False, "kind": "protocol", "error": f"prefill returned {n} logits, vocab is {self.vocab}"}
+        return {"ok": True, "argmax": argmax, "finite": finite, "nonzero": nonzero, "spread": spread}
+
+
+def main():
+    root, fd = sys.argv[1], int(sys.argv[2])
+    out = os.fdopen(fd, "w", buffering=1)
+    os.dup2(2, 1)  # revision prints go to stderr, never onto the protocol channel
+    sys.stdout = sys.stderr
+    driver = Driver(root)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "exit":
+            out.write(json.dumps({"ok": True}) + "\n")
+            break
+        try:
+            resp = getattr(driver, op)(req)
+            if op in ("prefill", "generate", "logits", "teacher"):
+                driver.device_sync()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which classifies it
+            resp = {"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "trace": _tail(traceback.format_exc())}
+        resp["seq"] = req.get("seq")  # the parent rejects answers out of sequence
+        out.write(json.dumps(resp) + "\n")
+    out.close()
+
+
+if __name__ == "__main__":
+    main()

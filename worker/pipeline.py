@@ -1,0 +1,483 @@
+"""One evaluation end to end: checkout → sandboxed revisions → guards → gates → verdict + receipt.
+
+Runs in-process (the CLI) or inside the Celery task; it never talks to GitHub or a database.
+Every failure path ends in an EvalResult: INFRA (not the PR's fault, retried), BUILD_FAILED
+(the head does not build/import/follow the protocol), REJECT, or a tier.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import shutil
+import site
+import statistics
+import sys
+import time
+import traceback
+import uuid
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import models as model_files
+from . import sandbox, telemetry
+from .aa_store import AAStore
+from .bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
+from .checkout import CheckoutError, Revision, checkout_pair, remove_worktree
+from .config import EvalSettings, ModelSpec, ProfileSettings
+from .faults import EvalFault, classify, infra
+from .guards import GuardBounds, guard_bounds, guard_result, reference_version, score_revisions
+from .harness.client import RevisionFault, RevisionProcess
+from .paths import cache_dir
+from .records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
+from .stats import compare, mann_whitney_p, noise_floor, significant
+
+HARNESS_VERSION = "1.0"
+Progress = Callable[..., None]
+
+
+@dataclass
+class Job:
+    repo: str  # path or URL of the repository (read-only clone)
+    base_ref: str
+    head_ref: str
+    base_sha: str | None = None  # exact SHAs when the bot already knows them
+    head_sha: str | None = None
+    repo_full_name: str | None = None
+    pr_number: int | None = None
+    profile: str = "quick"
+    models: list[str] | None = None  # None = every model of the profile
+    device: str | None = None  # overrides the profile's device
+    attempt: int = 1
+    eval_id: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        known = {f for f in cls.__dataclass_fields__}
+        d = dict(d)
+        if "repo_url" in d and "repo" not in d:
+            d["repo"] = d.pop("repo_url")
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def deployed_runtime_root() -> Path:
+    """The directory holding the deployed service's own `runtime` package (the trusted reference)."""
+    spec = importlib.util.find_spec("runtime")
+    if spec is None or not spec.origin:
+        raise RuntimeError("the deployed runtime package is not importable")
+    return Path(spec.origin).resolve().parent.parent
+
+
+def _noop(*_a, **_k):
+    pass
+
+
+@dataclass
+class ModelOutcome:
+    gates: list[GateResult] = field(default_factory=list)
+    guard: GuardResult | None = None
+    output_failures: list[str] = field(default_factory=list)
+    receipt: dict = field(default_factory=dict)
+
+
+class Evaluation:
+    def __init__(self, job: Job, settings: EvalSettings | None = None, *, trusted_root: Path | None = None,
+                 store: AAStore | None = None, workdir: Path | None = None, progress: Progress | None = None,
+                 record_aa: bool = False, secrets: list[str] | None = None, keep_workdir: bool = False):
+        self.job = job
+        self.settings = settings or EvalSettings()
+        prof = self.settings.profile_settings(job.profile)
+        if job.device:
+            prof = prof.model_copy(update={"device": job.device})
+        if job.models:  # selects primary models; guard models run for every PR
+            wanted = set(job.models)
+            unknown = wanted - {m.name for m in prof.models}
+            if unknown:
+                raise ValueError(f"unknown model(s) {sorted(unknown)} for profile {job.profile!r}; "
+                                 f"choose from {[m.name for m in prof.models]}")
+            keep = [m for m in prof.models if m.name in wanted or m.role == "guard"]
+            if not any(m.role == "primary" for m in keep):
+                raise ValueError(f"--models {sorted(wanted)} names no primary model of profile {job.profile!r}")
+            prof = prof.model_copy(update={"models": keep})
+        self.profile: ProfileSettings = prof
+        self.trusted_root = Path(trusted_root) if trusted_root else deployed_runtime_root()
+        self.store = store or AAStore()
+        self.eval_id = job.eval_id or uuid.uuid4().hex[:12]
+        self.workdir = Path(workdir) if workdir else cache_dir() / "evals" / self.eval_id
+        self._user_progress = progress or _noop
+        self._deadline: float | None = None
+        self.record_aa = record_aa
+        self.secrets = list(secrets or [])
+        self.keep_workdir = keep_workdir
+        self.host = telemetry.fingerprint(prof.device)
+
+    def progress(self, event: str, **info) -> None:
+        """Report progress; also where the whole-evaluation time limit is enforced."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise infra(InfraKind.TIMEOUT, f"the evaluation ran past its {self.profile.eval_timeout_s:.0f} s limit "
+                                           f"(at: {event} {info.get('model', '')})")
+        self._user_progress(event, **info)
+
+    # -- entry -----------------------------------------------------------------------------
+    def run(self) -> EvalResult:
+        t0 = time.monotonic()
+        self._deadline = t0 + self.profile.eval_timeout_s
+        receipt = self._receipt_head()
+        window = telemetry.ResourceWindow(self.profile.device).open()
+        revs: dict[str, Revision] = {}
+        git_dir = None
+        outcomes: dict[str, ModelOutcome] = {}
+        try:
+            self.progress("checkout")
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            git_dir, base, head = checkout_pair(self.job.repo, self.job.base_ref, self.job.head_ref, self.workdir,
+                                                self.job.base_sha, self.job.head_sha)
+            revs = {"base": base, "head": head}
+            receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
+            self.progress("models")
+            resolved = [model_files.resolve(spec, self.trusted_root) for spec in self.profile.models]
+            procs = self.make_procs(revs, [m.path for m in resolved])
+            try:
+                with ExitStack() as stack:
+                    for role in ("base", "head", "reference"):
+                        stack.enter_context(procs[role])
+                    self.start(procs)
+                    for m in resolved:
+                        outcomes[m.spec.name] = self._model(m, procs)
+            finally:
+                receipt["processes"] = {r: self._usage(proc) for r, proc in procs.items()}
+            result = self.decide(outcomes)
+        except EvalFault as f:
+            result = self._fault_result(f)
+        except CheckoutError as exc:
+            result = self._fault_result(infra(InfraKind.CHECKOUT_FAILURE, str(exc)))
+        except model_files.ModelError as exc:
+            result = self._fault_result(infra(InfraKind.INTERNAL_ERROR, f"model file: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - fail closed: an unexpected error is never a verdict on the PR
+            if type(exc).__name__ == "SoftTimeLimitExceeded":  # Celery's time limit, raised into our frame
+                result = self._fault_result(infra(InfraKind.TIMEOUT, "the evaluation ran past its time limit"))
+            else:
+                result = self._fault_result(infra(InfraKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
+                                              traceback.format_exc()[-3000:]))
+        finally:
+            if git_dir is not None:
+                for rev in revs.values():
+                    remove_worktree(git_dir, rev)
+            if not self.keep_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        receipt["resources"] = {"window": window.close().to_dict(),
+                                "foreign_gpu_checks": getattr(self, "_gpu_checks", None)
+                                or {"value": None, "reason": "not a CUDA evaluation"}}
+        receipt["models"] = {k: v.receipt for k, v in outcomes.items()}
+        result.base_sha = revs["base"].sha if "base" in revs else (self.job.base_sha or "")
+        result.head_sha = revs["head"].sha if "head" in revs else (self.job.head_sha or "")
+        result.duration_s = round(time.monotonic() - t0, 3)
+        receipt["duration_s"] = result.duration_s
+        receipt["verdict"] = result.verdict.value
+        result.receipt = receipt
+        self._user_progress("done", verdict=result.verdict.value)
+        return result
+
+    # -- processes -------------------------------------------------------------------------
+    def make_procs(self, revs: dict[str, Revision], model_paths: list[Path]) -> dict[str, RevisionProcess]:
+        """Base, head and the trusted reference, each in its own sandboxed driver process."""
+        p = self.profile
+        # Home is hidden (keys, tokens, config files); the Python install stays visible even if it
+        # lives there (pyenv), and so do the model files.
+        python = {Path(sys.prefix), Path(sys.base_prefix), *(Path(x) for x in site.getsitepackages())}
+        common = dict(gpu=p.device.startswith("cuda"),
+                      memory_limit_bytes=None if p.device.startswith("cuda") else p.memory_limit_bytes,
+                      cpus=p.cpu_set(), hide=[Path.home()],
+                      read_only=sorted({m.parent for m in model_paths} | {x for x in python if x.exists()}),
+                      secrets=self.secrets,
+                      env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
+        d = self.workdir / "proc"
+        return {
+            "base": RevisionProcess("base", revs["base"].root, d / "base", **common),
+            "head": RevisionProcess("head", revs["head"].root, d / "head", **common),
+            "reference": RevisionProcess("reference", self.trusted_root, d / "reference", **common),
+        }
+
+    def start(self, procs: dict[str, RevisionProcess]) -> None:
+        """Spawn all three at once (imports overlap), then collect their hellos."""
+        p = self.profile
+        self.progress("start")
+        try:
+            for role in ("base", "head", "reference"):
+                procs[role].start(None)
+            self._hellos = {}
+            for role in ("base", "head", "reference"):
+                hello = self._hellos[role] = procs[role].finish_start(p.load_timeout_s)
+                if hello.get("protocol") != 1:
+                    raise RevisionFault(role, "start", "protocol",
+                                        f"runtime.PROTOCOL_VERSION is {hello.get('protocol')!r}, the harness speaks 1")
+        except RevisionFault as f:
+            raise classify(f, "(import)") from f
+
+    def load(self, spec: ModelSpec, procs: dict[str, RevisionProcess], path: Path) -> int:
+        """Load the model in all three processes at once; returns the vocabulary size."""
+        p = self.profile
+        self.progress("load", model=spec.name)
+        for role in ("base", "head", "reference"):
+            procs[role].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
+                              backend="reference" if role == "reference" else p.backend)
+        vocab = {}
+        for role in ("base", "head", "reference"):
+            resp, secs = procs[role].finish(phase="load", timeout=p.load_timeout_s)
+            vocab[role] = resp["vocab_size"]
+            self._hellos[role].setdefault("load_seconds", {})[spec.name] = round(secs, 3)
+            for k in ("torch", "triton"):
+                self._hellos[role][k] = self._hellos[role].get(k) or resp.get(k)
+        for role in ("base", "head"):
+            if vocab[role] != vocab["reference"]:
+                raise RevisionFault(role, "load", "protocol", f"vocab {vocab[role]} != reference {vocab['reference']}")
+        return vocab["reference"]
+
+    # -- one model ---------------------------------------------------------------------------
+    def _model(self, resolved: model_files.ResolvedModel, procs: dict[str, RevisionProcess]) -> ModelOutcome:
+        p, spec = self.profile, resolved.spec
+        self.progress("model", model=spec.name)
+        gates = gate_specs(spec, p)
+        out = ModelOutcome()
+        out.receipt = {"gguf_sha256": resolved.sha256, "path": str(resolved.path), "role": spec.role}
+        try:
+            vocab = self.load(spec, procs, resolved.path)
+            self._foreign_gpu_check(procs, "before measuring")
+            self.progress("accuracy", model=spec.name)
+            ref_version = reference_version(self.trusted_root)
+            scores = score_revisions({"base": procs["base"], "head": procs["head"]}, procs["reference"],
+                                     vocab=vocab, model_sha=resolved.sha256, ref_version=ref_version, profile=p)
+            bounds = guard_bounds(self.store.guard_scores(self.host, self.job.profile, spec.name),
+                                  len(p.seeds), self.settings)
+            out.guard = guard_result(spec.name, scores, bounds)
+            out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
+            out.receipt["guard_bounds"] = asdict(bounds)
+            out.receipt["reference_version"] = ref_version
+            if gates:
+                self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id)
+                out.receipt["memory_reported_by_revision"] = {
+                    r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
+                    for r in ("base", "head")}
+            if self.record_aa:
+                self._record_aa(spec, out, scores)
+        except RevisionFault as f:
+            raise classify(f, spec.name) from f
+        return out
+
+    def measure(self, spec: ModelSpec, gates: list[GateSpec], procs: dict[str, RevisionProcess], vocab: int,
+                model_sha: str, out: ModelOutcome, sweep_id: str) -> ModelOutcome:
+        """One A/B measurement of every gate: ABBA sweep, output check, statistics (into `out`)."""
+        p = self.profile
+        self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
+        sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
+                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
+                          timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+        self._foreign_gpu_check(procs, "after measuring")
+        self.progress("verify", model=spec.name)
+        checks = self._verify(sweep, gates, procs["reference"])
+        out.gates = self._gate_results(spec, gates, sweep, checks, out)
+        out.receipt["clock"] = p.clock
+        out.receipt["samples_tok_s"] = {f"{r}/{g.name}": sweep.values(r, g.name) for g in gates for r in ("base", "head")}
+        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [s.wall_seconds for s in sweep.samples[(r, g.name)]]
+                                       for g in gates for r in ("base", "head")}
+        out.receipt["idle_cpu_s"] = sweep.idle_cpu_s
+        return out
+
+    def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
+        p = self.profile
+        reps = None
+        if p.verify_reps is not None:
+            import secrets as _secrets  # drawn after timing, so a revision cannot know which reps count
+
+            rng = _secrets.SystemRandom()
+            reps = sorted(rng.sample(range(p.pairs), min(p.verify_reps, p.pairs)))
+        cache: dict = {}
+        return {(r, g.name): verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
+                                            tie_tol=p.output_tie_tol, reps=reps, cache=cache)
+                for g in gates for r in ("base", "head")}
+
+    def _floor(self, model: str, gate: str) -> tuple[float, dict]:
+        s = self.settings
+        deltas = self.store.gate_deltas(self.host, self.job.profile, model, gate)
+        if len(deltas) >= s.min_aa_samples:
+            f = noise_floor(deltas, minimum=s.noise_floor_min, k=s.noise_fence_k)
+            return f, {"floor": f, "calibrated": True, "aa_deltas": len(deltas)}
+        return s.noise_floor_uncalibrated, {
+            "floor": s.noise_floor_uncalibrated, "calibrated": False, "aa_deltas": len(deltas),
+            "reason": f"fewer than {s.min_aa_samples} A/A deltas for this gate on this host; "
+                      "run `tokengate calibrate`"}
+
+    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweep, checks: dict,
+                      out: ModelOutcome) -> list[GateResult]:
+        s, p = self.settings, self.profile
+        results, floors, checks_r = [], {}, {}
+        for g in gates:
+            b, h = sweep.values("base", g.name), sweep.values("head", g.name)
+            if len(b) != p.pairs or len(h) != p.pairs:
+                raise infra(InfraKind.MISSING_METRIC, f"{spec.name} {g.name}: {len(b)}/{len(h)} samples, "
+                                                      f"expected {p.pairs} pairs")
+            c = compare(b, h, confidence=s.confidence, n_resamples=s.bootstrap_resamples)
+            floor, floors[g.name] = self._floor(spec.name, g.name)
+            floors[g.name]["mann_whitney_p"] = mann_whitney_p(b, h)
+            sig = significant(c, floor)
+            hc, bc = checks[("head", g.name)], checks[("base", g.name)]
+            checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
+            self._judge_output(spec.name, g.name, hc, bc, out)
+            results.append(GateResult(
+                model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
+                head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
+                noise_floor=floor, significant=sig, regression=sig and c.rel_change < 0,
+                scored=spec.is_scored(g.name), n_pairs=c.n_pairs))
+        out.receipt["noise_floors"] = floors
+        out.receipt["output_checks"] = checks_r
+        return results
+
+    def _judge_output(self, model: str, gate: str, head: OutputCheck, base: OutputCheck, out: ModelOutcome):
+        bar = self.profile.output_min_agree
+        if base.agree is None or head.agree is None:
+            raise infra(InfraKind.MISSING_METRIC, f"{model} {gate}: output check had nothing to check")
+        if base.agree < bar:
+            raise infra(InfraKind.BASELINE_CRASHED, f"{model} {gate}: the baseline's outputs agree with the "
+                        f"reference on only {base.agree:.0%} of tokens (< {bar:.0%}); cannot judge the PR")
+        if head.agree < bar:
+            out.output_failures.append(f"{model} {gate}: head's outputs agree with the reference on "
+                                       f"{head.agree:.0%} of {head.checked_tokens} tokens (< {bar:.0%})")
+
+    def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> None:
+        """NVML's per-process GPU memory of each revision's tree; the receipt keeps the maximum."""
+        if not self.profile.device.startswith("cuda"):
+            return
+        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
+        peaks = self.__dict__.setdefault("_gpu_peak", {})
+        for role, proc in procs.items():
+            if proc.proc is not None:
+                used = nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
+                if used is not None:
+                    peaks[role] = max(peaks.get(role, 0), used)
+
+    def _foreign_gpu_check(self, procs: dict[str, RevisionProcess], when: str) -> None:
+        self._sample_gpu_memory(procs)
+        if not self.profile.device.startswith("cuda"):
+            return
+        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
+        pids = nv.compute_pids()
+        checks = self.__dict__.setdefault("_gpu_checks", [])
+        if pids is None:
+            checks.append({"when": when, "checked": False, "reason": nv.reason or "NVML process list unavailable"})
+            return
+        checks.append({"when": when, "checked": True, "gpu_pids": pids})
+        ours = {sandbox.os.getpid()}
+        for proc in procs.values():
+            if proc.proc is not None:
+                ours.update(sandbox.tree_pids(proc.proc.pid))
+        visible = [x for x in pids if Path(f"/proc/{x}").exists()]
+        foreign = [x for x in visible if x not in ours]  # a process we can see that is not ours
+        unseen = [x for x in pids if x not in visible]
+        if unseen and not ours.intersection(pids):
+            # NVML speaks another PID namespace (the worker runs in a container): count instead.
+            live = sum(1 for proc in procs.values() if proc.proc is not None)
+            if len(unseen) > live:
+                foreign += unseen
+        if foreign:
+            raise infra(InfraKind.FOREIGN_GPU_PROCESS, f"{when}: foreign process(es) {foreign} on "
+                                                       f"{self.profile.device}; timings would be shared")
+
+    def _usage(self, proc: RevisionProcess) -> dict:
+        u = asdict(proc.usage)
+        u["hello"] = getattr(self, "_hellos", {}).get(proc.role)
+        if not self.profile.device.startswith("cuda"):
+            u["peak_gpu_memory_bytes"] = None
+            u["peak_gpu_memory_reason"] = "CPU evaluation"
+        else:
+            u["peak_gpu_memory_bytes"] = getattr(self, "_gpu_peak", {}).get(proc.role)
+            if u["peak_gpu_memory_bytes"] is None:
+                u["peak_gpu_memory_reason"] = "NVML reported no per-process memory for this process"
+        return u
+
+    def _record_aa(self, spec: ModelSpec, out: ModelOutcome, scores) -> None:
+        for g in out.gates:
+            self.store.add_gate_delta(self.host, self.job.profile, spec.name, g.gate, g.rel_change,
+                                      sha=self.job.base_sha)
+        for sc in scores["base"].seeds:
+            self.store.add_guard_score(self.host, self.job.profile, spec.name, sc.seed, sc.top1, sc.kl_mean)
+
+    # -- verdict -----------------------------------------------------------------------------
+    def _base_result(self, verdict: Verdict, summary: str) -> EvalResult:
+        return EvalResult(repo=self.job.repo_full_name or self.job.repo, pr_number=self.job.pr_number,
+                          base_sha=self.job.base_sha or "", head_sha=self.job.head_sha or "",
+                          profile=self.job.profile, verdict=verdict, summary=summary, attempt=self.job.attempt)
+
+    def _fault_result(self, f: EvalFault) -> EvalResult:
+        if f.verdict == Verdict.INFRA:
+            summary = (f"Infrastructure problem ({f.infra_kind.value}), not a measurement of this PR: {f.detail}")
+        else:
+            summary = f"The head revision failed to build or run: {f.detail}"
+        r = self._base_result(f.verdict, summary)
+        r.infra_kind, r.infra_detail = f.infra_kind, f.detail
+        tail = f.log_tail
+        for s in self.secrets:
+            if s and len(s) >= 6:
+                tail = tail.replace(s, "[redacted]")
+        r.build_log_tail = tail[-3000:] or None
+        return r
+
+    def decide(self, outcomes: dict[str, ModelOutcome]) -> EvalResult:
+        gates = [g for o in outcomes.values() for g in o.gates]
+        guards = [o.guard for o in outcomes.values() if o.guard]
+        problems = [f"{g.model} accuracy guard failed: {g.reason}" for g in guards if not g.passed]
+        problems += [e for o in outcomes.values() for e in o.output_failures]
+        problems += [f"{g.model} {g.gate} regressed {g.rel_change:+.1%} (CI {g.ci_low:+.1%}..{g.ci_high:+.1%}, "
+                     f"noise floor {g.noise_floor:.1%})" for g in gates if g.regression]
+        if problems:
+            r = self._base_result(Verdict.REJECT, "Rejected: " + "; ".join(problems) + ".")
+        else:
+            wins = [g for g in gates if g.scored and g.significant and g.rel_change > 0]
+            best = max(wins, key=lambda g: g.rel_change, default=None)
+            if best is None:
+                r = self._base_result(Verdict.NONE, "No significant change on the scored gates; all guards pass.")
+            else:
+                tier = Verdict(self.settings.tier_for(best.rel_change))
+                r = self._base_result(tier, f"{tier.value}: {best.model} {best.gate} {best.rel_change:+.1%} "
+                                            f"(CI {best.ci_low:+.1%}..{best.ci_high:+.1%}); all guards pass.")
+                r.best_speedup = best.rel_change
+        r.gates, r.guards = gates, guards
+        return r
+
+    def _receipt_head(self) -> dict:
+        return {
+            "kind": "tokengate_receipt",
+            "harness_version": HARNESS_VERSION,
+            "protocol": 1,
+            "eval_id": self.eval_id,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "job": asdict(self.job),
+            "host": telemetry.host_facts(self.profile.device),
+            "host_key": self.host,
+            "isolation": sandbox.detect_isolation().to_dict(),
+            "trusted_runtime_root": str(self.trusted_root),
+            "config": {"profile_name": self.job.profile, "profile": self.profile.model_dump(),
+                       "eval": self.settings.model_dump(exclude={"profiles"})},
+        }
+
+
+def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:
+    return Evaluation(job, settings, **kw).run()
+
+
+def evaluate_with_retries(job: Job, settings: EvalSettings | None = None, *, sleep=time.sleep,
+                          **kw) -> EvalResult:
+    """INFRA results are retried with exponential backoff; the last one is returned plainly."""
+    settings = settings or EvalSettings()
+    attempts = settings.retries + 1
+    first = job.attempt
+    for i in range(attempts):
+        job.attempt = first + i
+        result = evaluate(job, settings, **kw)
+        if result.verdict != Verdict.INFRA:
+            return result
+        if i < attempts - 1:
+            sleep(settings.retry_backoff_s * 2 ** i)
+    result.summary = (f"{result.summary} (still failing after {attempts} attempts; this says nothing about "
+                      "the PR, and nothing was merged)")
+    return result

@@ -1,0 +1,123 @@
+"""GPU-side Celery task: `tokengate.evaluate` on queue `gpu` (job dict → EvalResult.to_dict()).
+
+Thin on purpose: the pipeline does the work. Here: one evaluation at a time per device (a file
+lock per device on this box; a box with k GPUs runs k workers, each with TOKENGATE_DEVICE=cuda:i),
+idempotency by (repo, PR, head SHA, profile) through the result store in Redis, time limits,
+acks_late. One attempt per task: an INFRA result goes back to the bot, which re-dispatches with
+backoff (attempt + 1). This side never holds GitHub or database credentials.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from .celery_app import EVALUATE_TASK, app
+from .config import EvalSettings
+from .paths import cache_dir
+from .records import EvalResult, InfraKind, Verdict
+
+SOFT_LIMIT_S = 3 * 3600  # above every profile's eval_timeout_s; the pipeline has its own per-request limits
+HARD_LIMIT_S = SOFT_LIMIT_S + 300
+RESULT_TTL_S = 7 * 24 * 3600
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE", "_KEY", "DATABASE_URL", "BROKER", "BACKEND")
+
+
+def worker_device() -> str | None:
+    """The device this worker owns (TOKENGATE_DEVICE, read when a task runs), or None = the profile's."""
+    return os.environ.get("TOKENGATE_DEVICE") or None
+
+
+def trusted_root() -> Path | None:
+    """Override of the deployed runtime location (tests); None = the importable `runtime` package."""
+    v = os.environ.get("TOKENGATE_TRUSTED_RUNTIME")
+    return Path(v) if v else None
+
+
+def idempotency_key(job: dict) -> str:
+    parts = [job.get("repo_full_name") or job.get("repo_url") or job.get("repo"), job.get("pr_number"),
+             job.get("head_sha") or job.get("head_ref"), job.get("profile", "quick")]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def _redis():
+    """The result store: the broker's Redis, under the app's key prefix (None when not Redis)."""
+    url = app.conf.broker_url or ""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None, ""
+    import redis
+
+    prefix = (app.conf.broker_transport_options or {}).get("global_keyprefix", "")
+    return redis.Redis.from_url(url), prefix
+
+
+def cached_result(key: str) -> dict | None:
+    client, prefix = _redis()
+    if client is None:
+        return None
+    raw = client.get(f"{prefix}tokengate:result:{key}")
+    return json.loads(raw) if raw else None
+
+
+def store_result(key: str, result: dict) -> None:
+    client, prefix = _redis()
+    if client is not None:
+        client.set(f"{prefix}tokengate:result:{key}", json.dumps(result), ex=RESULT_TTL_S)
+
+
+@contextmanager
+def device_lock(device: str):
+    """One evaluation at a time on a device of this box (released if the worker dies)."""
+    path = cache_dir() / "locks" / f"{device.replace(':', '_')}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _secrets() -> list[str]:
+    return [v for k, v in os.environ.items() if any(w in k.upper() for w in _SECRET_WORDS) and len(v) >= 6]
+
+
+def run_job(job: dict) -> dict:
+    """Evaluate one job dict (the task body, callable without Celery)."""
+    from .pipeline import Evaluation, Job
+
+    settings = EvalSettings.model_validate(job["settings"]) if job.get("settings") else EvalSettings()
+    key = idempotency_key(job)
+    cached = cached_result(key)
+    if cached and cached.get("verdict") != Verdict.INFRA.value:
+        cached.setdefault("receipt", {})["reused_from_cache"] = True
+        return cached
+    j = Job.from_dict({**job, "eval_id": str(job["eval_id"]) if job.get("eval_id") is not None else None})
+    j.profile = j.profile or settings.profile
+    j.device = j.device or worker_device()
+    try:
+        ev = Evaluation(j, settings, trusted_root=trusted_root(), secrets=_secrets())
+    except ValueError as exc:  # a job this worker cannot run as asked: not the PR's fault
+        r = EvalResult(repo=job.get("repo_full_name") or j.repo, pr_number=j.pr_number, base_sha=j.base_sha or "",
+                       head_sha=j.head_sha or "", profile=j.profile, verdict=Verdict.INFRA,
+                       summary=f"Infrastructure problem (internal_error), not a measurement of this PR: {exc}",
+                       infra_kind=InfraKind.INTERNAL_ERROR, infra_detail=str(exc), attempt=j.attempt)
+        return r.to_dict()
+    with device_lock(ev.profile.device):
+        cached = cached_result(key)  # a duplicate may have finished while we waited for the device
+        if cached and cached.get("verdict") != Verdict.INFRA.value:
+            cached.setdefault("receipt", {})["reused_from_cache"] = True
+            return cached
+        result = ev.run().to_dict()
+    if result["verdict"] != Verdict.INFRA.value:
+        store_result(key, result)
+    return result
+
+
+@app.task(name=EVALUATE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+          soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
+def evaluate(self, job: dict) -> dict:
+    return run_job(job)
