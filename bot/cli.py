@@ -24,25 +24,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from bot.queue import celery_app
     from bot.settings import get_settings
+    from worker.celery_app import EVALUATE_TASK
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = set(queues) - {"gpu", "publish"}
     if unknown:
         raise SystemExit(f"unknown queue(s) {sorted(unknown)}: choose gpu and/or publish")
     app = celery_app()
+    # --include'd modules first: one that registers the evaluation task stands in for the pipeline's
+    # (tests run a fake `tokengate.evaluate` this way), so worker.tasks is then not imported at all.
+    for module in args.include or []:
+        importlib.import_module(module)
     if "publish" in queues:
         get_settings().require_github()  # only the publish side holds credentials
         importlib.import_module("bot.tasks")
-    if "gpu" in queues:
+    if "gpu" in queues and EVALUATE_TASK not in app.tasks:
         _import_optional("worker.tasks")
     argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
             "--loglevel", args.log_level.upper(), "-n", args.name]
-    for module in args.include or []:
-        argv += ["-I", module]
     if args.beat:
         if "publish" not in queues:
-            raise SystemExit("--beat belongs on the publish worker (it closes merge-first rounds)")
-        from bot.tasks import schedule_rounds
-        schedule_rounds(app)
+            raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")
+        from bot.tasks import schedule_periodic
+        schedule_periodic(app)
         argv += ["-B", "-s", args.beat_schedule]
     app.worker_main(argv)
     return 0

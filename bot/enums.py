@@ -41,6 +41,17 @@ class Trigger(str, Enum):
     RETRY = "retry"  # automatic INFRA retry
 
 
+class InfraReason(str, Enum):
+    """Why the bot itself records an INFRA result (the summary wording is in templates/infra_summary.txt.j2)."""
+    TASK_FAILED = "task_failed"  # the gpu task raised or its worker process died
+    MALFORMED_RESULT = "malformed_result"
+    WRONG_REVISIONS = "wrong_revisions"
+    WORKER_LOST = "worker_lost"  # watchdog: no heartbeat from the running task
+    MESSAGE_LOST = "message_lost"  # watchdog: a queued task is neither in the queue nor on a worker
+    RUN_TIMEOUT = "run_timeout"  # watchdog: running past the deadline
+    QUEUE_TIMEOUT = "queue_timeout"  # watchdog: waiting past the deadline
+
+
 class Command(str, Enum):
     EVAL = "eval"
     RERUN = "rerun"
@@ -60,6 +71,26 @@ class CheckConclusion(str, Enum):
     FAILURE = "failure"
     ACTION_REQUIRED = "action_required"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+# Other apps' check conclusions that count as green for merge-first.
+GREEN_CONCLUSIONS = frozenset({CheckConclusion.SUCCESS.value, CheckConclusion.NEUTRAL.value,
+                               CheckConclusion.SKIPPED.value})
+RERUN_ACTION_ID = "rerun"  # the check run's requested action (its wording is in templates/check_actions.j2)
+
+
+class RoundAction(str, Enum):
+    """What closing a round does to one candidate."""
+    MERGE = "merge"
+    SKIP = "skip"
+    REEVALUATE = "reevaluate"
+    NOTIFY = "notify"
+
+
+class WatchdogAction(str, Enum):
+    LOST = "lost"  # the attempt's task is gone or overdue: INFRA, retried per settings
+    RECOVER = "recover"  # the task finished but its result was never published: publish it
 
 
 class RoundState(str, Enum):

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import publish, render
-from bot.enums import Command, EvalState, Trigger
+from bot.enums import RERUN_ACTION_ID, Command, EvalState, Trigger
 from bot.models import Evaluation, PullRequest, Repository, utcnow
 from bot.rounds import open_round
 from bot.service import Service
@@ -150,7 +150,7 @@ class Handlers:
     def check_run(self, session: Session, payload: dict) -> str:
         action = payload.get("action")
         run = payload["check_run"]
-        if action == "requested_action" and (payload.get("requested_action") or {}).get("identifier") != "rerun":
+        if action == "requested_action" and (payload.get("requested_action") or {}).get("identifier") != RERUN_ACTION_ID:
             return "unknown requested action"
         if action not in ("rerequested", "requested_action"):
             return f"ignored check_run.{action}"

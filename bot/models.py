@@ -93,6 +93,7 @@ class Evaluation(Base):
     celery_task_id: Mapped[str | None] = mapped_column(String(64))
     check_run_id: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    dispatched_at: Mapped[datetime | None]  # the current attempt's task was sent (the watchdog's clock)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     duration_s: Mapped[float | None] = mapped_column(Float)

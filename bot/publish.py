@@ -6,10 +6,17 @@ from datetime import datetime, timezone
 from github import GithubException
 from github.Repository import Repository as GhRepository
 
-from bot.enums import CheckStatus, is_managed_label
+from bot import render
+from bot.enums import GREEN_CONCLUSIONS, RERUN_ACTION_ID, CheckStatus, is_managed_label
 from bot.render import STICKY_MARKER
 
-RERUN_ACTION = {"label": "Re-run", "description": "Evaluate this commit again", "identifier": "rerun"}
+
+
+def rerun_action() -> dict[str, str]:
+    """The check run's Re-run button (wording from templates/check_actions.j2)."""
+    words = render.environment().get_template("check_actions.j2").module
+    return {"label": str(words.rerun_label()).strip()[:20],
+            "description": str(words.rerun_description()).strip()[:40], "identifier": RERUN_ACTION_ID}
 
 
 def upsert_sticky(repo: GhRepository, number: int, comment_id: int | None, body: str) -> int:
@@ -50,7 +57,7 @@ def start_check(repo: GhRepository, check_run_id: int, output: dict[str, str]) -
 
 def complete_check(repo: GhRepository, check_run_id: int, conclusion: str, output: dict[str, str],
                    rerun_button: bool = False) -> None:
-    kwargs = {"actions": [RERUN_ACTION]} if rerun_button else {}
+    kwargs = {"actions": [rerun_action()]} if rerun_button else {}
     repo.get_check_run(check_run_id).edit(status=CheckStatus.COMPLETED.value, conclusion=conclusion,
                                           completed_at=datetime.now(timezone.utc), output=output, **kwargs)
 
@@ -83,9 +90,6 @@ def branch_tip(repo: GhRepository, ref: str) -> str:
     return repo.get_commit(ref).get_combined_status().sha
 
 
-GREEN = {"success", "neutral", "skipped"}
-
-
 def checks_green(repo: GhRepository, sha: str, ignore_check: str | None = None) -> tuple[bool, str]:
     """All commit statuses success and all check runs completed green (ours excluded by name)."""
     commit = repo.get_commit(sha)
@@ -94,7 +98,7 @@ def checks_green(repo: GhRepository, sha: str, ignore_check: str | None = None) 
     for run in commit.get_check_runs():
         if run.name == ignore_check:
             continue
-        if run.status != "completed" or run.conclusion not in GREEN:
+        if run.status != CheckStatus.COMPLETED.value or run.conclusion not in GREEN_CONCLUSIONS:
             bad.append(f"check {run.name}: {run.conclusion or run.status}")
     return (not bad, "; ".join(bad) or "all green")
 

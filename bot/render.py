@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from bot.enums import EvalState, check_conclusion, verdict_label
+from bot.enums import EvalState, InfraReason, check_conclusion, verdict_label
 from worker.records import EvalResult, Verdict
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -63,8 +63,8 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration)
-    env.globals.update(Verdict=Verdict, EvalState=EvalState, icon=VERDICT_ICON, verdict_label=verdict_label,
-                       marker=STICKY_MARKER)
+    env.globals.update(Verdict=Verdict, EvalState=EvalState, InfraReason=InfraReason, icon=VERDICT_ICON,
+                       verdict_label=verdict_label, marker=STICKY_MARKER)
     return env
 
 
@@ -119,6 +119,10 @@ def sticky_comment(*, current: RunView | None, earlier: list[RunView], awaiting_
                    approval_label: str, head_sha: str, models: list[str]) -> str:
     return render("sticky_comment.md.j2", current=current, earlier=earlier, awaiting_approval=awaiting_approval,
                   approval_label=approval_label, head_sha=head_sha, models=models)
+
+
+def infra_summary(reason: InfraReason, **context) -> str:
+    return render("infra_summary.txt.j2", reason=reason, **context).strip()
 
 
 def check_output(run: RunView) -> dict[str, str]:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import publish, render
-from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundState, Trigger
+from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundAction, RoundState, Trigger
 from bot.models import Evaluation, PullRequest, Repository, Round, utcnow
 from bot.service import Service
 from worker.records import TIER_ORDER, Verdict
@@ -25,8 +25,9 @@ WINNING = {v.value for v in TIER_ORDER if v is not Verdict.NONE}
 @dataclass
 class Step:
     pr: int
-    action: str  # merge | skip | reevaluate | notify
+    action: RoundAction
     reason: str
+    head_moved: bool = False  # re-evaluated by its own push event, not by the round
 
 
 @dataclass
@@ -38,7 +39,7 @@ class RoundPlan:
 
     def lines(self) -> list[str]:
         head = f"round for {self.repo}{' (dry run: nothing changed)' if self.dry_run else ''}"
-        body = [f"  #{s.pr}: {s.action} — {s.reason}" for s in self.steps] or ["  no candidates"]
+        body = [f"  #{s.pr}: {s.action.value} — {s.reason}" for s in self.steps] or ["  no candidates"]
         tail = [f"  winner: #{self.winner}" if self.winner else "  no winner this round"]
         return [head, *body, *tail]
 
@@ -74,33 +75,34 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     for pr, ev in contenders:
         live = gh.get_pull(pr.number)
         if live.state != "open":
-            plan.steps.append(Step(pr.number, "skip", "no longer open"))
+            plan.steps.append(Step(pr.number, RoundAction.SKIP, "no longer open"))
             continue
         if live.head.sha != ev.head_sha:
-            plan.steps.append(Step(pr.number, "skip", f"head moved {ev.head_sha[:7]} → {live.head.sha[:7]} "
-                                                      "since its evaluation"))
+            plan.steps.append(Step(pr.number, RoundAction.SKIP, f"head moved {ev.head_sha[:7]} → "
+                                   f"{live.head.sha[:7]} since its evaluation", head_moved=True))
             continue
         base_now = publish.branch_tip(gh, ev.base_ref)
         if base_now != ev.base_sha:
-            plan.steps.append(Step(pr.number, "reevaluate", f"{ev.base_ref} moved {ev.base_sha[:7]} → "
-                                                            f"{base_now[:7]}: re-evaluating against it first"))
+            plan.steps.append(Step(pr.number, RoundAction.REEVALUATE, f"{ev.base_ref} moved {ev.base_sha[:7]} → "
+                                   f"{base_now[:7]}: re-evaluating against it first"))
             if not dry_run:
                 pr.base_sha = base_now
                 service.request_evaluation(session, pr, Trigger.ROUND)
             continue
         green, why = publish.checks_green(gh, ev.head_sha, ignore_check=service.settings.check_name)
         if not green:
-            plan.steps.append(Step(pr.number, "skip", f"required checks not green: {why}"))
+            plan.steps.append(Step(pr.number, RoundAction.SKIP, f"required checks not green: {why}"))
             continue
         winner = (pr, ev)
         plan.winner = pr.number
-        plan.steps.append(Step(pr.number, "merge", f"biggest verified speedup {render.pct(ev.best_speedup)} "
-                                                   f"({ev.verdict}) at {ev.head_sha[:7]}"))
+        plan.steps.append(Step(pr.number, RoundAction.MERGE, f"biggest verified speedup "
+                               f"{render.pct(ev.best_speedup)} ({ev.verdict}) at {ev.head_sha[:7]}"))
         break
     others = [(pr, ev) for pr, ev in contenders if winner is None or pr.id != winner[0].id]
     if winner is not None:
-        plan.steps += [Step(pr.number, "notify", "main moved; re-evaluated against it") for pr, _ in others
-                       if not any(s.pr == pr.number and s.action == "reevaluate" for s in plan.steps)]
+        plan.steps += [Step(pr.number, RoundAction.NOTIFY, "main moved; re-evaluated against it")
+                       for pr, _ in others
+                       if not any(s.pr == pr.number and s.action is RoundAction.REEVALUATE for s in plan.steps)]
     if dry_run:
         return plan
 
@@ -109,20 +111,20 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         pr, ev = winner
         result = render.run_view(ev, service.max_attempts).result
         scored = next((g for g in (result.gates if result else []) if g.scored), None)
-        merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method,
-                                   f"{pr.title} (#{pr.number}) [merge-first]")
+        title = render.render("merge_commit_title.txt.j2", title=pr.title, number=pr.number).strip()
+        merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method, title)
         publish.add_label(gh, pr.number, MERGE_FIRST_LABEL)
         publish.reply(gh, pr.number, render.render(
-            "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else "scored gate",
+            "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else None,
             verdict=Verdict(ev.verdict), head_sha=ev.head_sha, base_ref=ev.base_ref, base_sha=ev.base_sha))
         pr.is_open = False
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
         for other, _ in others:
-            steps = {s.action: s for s in plan.steps if s.pr == other.number}
-            if "reevaluate" in steps:
+            steps = [s for s in plan.steps if s.pr == other.number]
+            if any(s.action is RoundAction.REEVALUATE for s in steps):
                 continue  # already queued against the fresh base
-            head_moved = "skip" in steps and "head moved" in steps["skip"].reason
+            head_moved = any(s.head_moved for s in steps)
             publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
                                                           winner_number=pr.number, needs_rebase=False))
             if not head_moved:  # a moved head is re-evaluated by its own push event

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot import publish, render
-from bot.enums import TRANSITIONS, CheckConclusion, EvalState, Trigger
+from bot.enums import TRANSITIONS, CheckConclusion, EvalState, InfraReason, Trigger
 from bot.github_client import GitHubApp, get_github_app
 from bot.labels import labels_for
 from bot.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
@@ -169,8 +169,10 @@ class Service:
         repo = pr.repository
         return {"repo_url": repo.clone_url or pr.head_clone_url, "repo_full_name": repo.full_name,
                 "pr_number": pr.number, "base_ref": ev.base_ref, "base_sha": ev.base_sha, "head_sha": ev.head_sha,
-                "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models),
-                "attempt": ev.attempt, "eval_id": ev.id}
+                "head_ref": pr.head_ref, "profile": ev.profile, "models": list(self.settings.models) or None,
+                "attempt": ev.attempt, "eval_id": ev.id,
+                # The GPU side reads no settings of its own: it evaluates with these.
+                "settings": self.settings.eval.model_dump(mode="json")}
 
     def _dispatch(self, session: Session, pr: PullRequest, ev: Evaluation, countdown: float = 0) -> None:
         """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`."""
@@ -180,6 +182,7 @@ class Service:
             repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
             details_url=self._pr_url(pr), output=render.check_output(view))
         ev.celery_task_id = str(uuid.uuid4())
+        ev.dispatched_at = utcnow()
         job = self.job(pr, ev)
         session.commit()  # the result may come back before this session would otherwise commit
         self.celery.send_task(
@@ -246,17 +249,22 @@ class Service:
         self.refresh_sticky(session, pr)
         return f"evaluation {eval_id} running on {hostname}"
 
+    def _infra(self, ev: Evaluation, pr: PullRequest, reason: InfraReason, kind: InfraKind, detail: str,
+               **context) -> EvalResult:
+        """An INFRA result the bot records itself (never the PR's fault; retried per settings)."""
+        return EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
+                          head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
+                          summary=render.infra_summary(reason, **context), infra_kind=kind,
+                          infra_detail=detail[:500], attempt=ev.attempt)
+
     def evaluation_failed(self, session: Session, eval_id: int, task_id: str | None, detail: str) -> str:
         """The gpu task raised or its worker died: that is INFRA, never the PR's fault."""
         found = self._current(session, eval_id, task_id)
         if isinstance(found, str):
             return found
         ev, pr = found
-        result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
-                            head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
-                            summary="The evaluation task failed before it produced a result.",
-                            infra_kind=InfraKind.INTERNAL_ERROR, infra_detail=detail[:500], attempt=ev.attempt)
-        return self._apply(session, ev, pr, result)
+        return self._apply(session, ev, pr, self._infra(ev, pr, InfraReason.TASK_FAILED, InfraKind.INTERNAL_ERROR,
+                                                        detail))
 
     def publish_result(self, session: Session, result_dict: dict, eval_id: int, task_id: str | None) -> str:
         found = self._current(session, eval_id, task_id)
@@ -266,20 +274,25 @@ class Service:
         try:
             result = EvalResult.from_dict(result_dict)
         except (KeyError, TypeError, ValueError) as exc:
-            result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
-                                head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
-                                summary="The evaluation returned a malformed result.",
-                                infra_kind=InfraKind.INTERNAL_ERROR, infra_detail=f"{type(exc).__name__}: {exc}",
-                                attempt=ev.attempt)
-        if result.head_sha != ev.head_sha or result.base_sha != ev.base_sha:
-            result = EvalResult(repo=pr.repository.full_name, pr_number=pr.number, base_sha=ev.base_sha,
-                                head_sha=ev.head_sha, profile=ev.profile, verdict=Verdict.INFRA,
-                                summary="The evaluation measured other revisions than requested.",
-                                infra_kind=InfraKind.INTERNAL_ERROR,
-                                infra_detail=f"asked {ev.base_sha[:7]}..{ev.head_sha[:7]}, "
-                                             f"got {result.base_sha[:7]}..{result.head_sha[:7]}",
-                                attempt=ev.attempt)
+            result = self._infra(ev, pr, InfraReason.MALFORMED_RESULT, InfraKind.INTERNAL_ERROR,
+                                 f"{type(exc).__name__}: {exc}")
+        else:
+            if result.head_sha != ev.head_sha or result.base_sha != ev.base_sha:
+                result = self._infra(ev, pr, InfraReason.WRONG_REVISIONS, InfraKind.INTERNAL_ERROR,
+                                     f"asked {ev.base_sha[:7]}..{ev.head_sha[:7]}, "
+                                     f"got {result.base_sha[:7]}..{result.head_sha[:7]}")
         return self._apply(session, ev, pr, result)
+
+    def mark_lost(self, session: Session, eval_id: int, task_id: str, reason: InfraReason, kind: InfraKind,
+                  detail: str, **context) -> str:
+        """The watchdog found this attempt's task gone or overdue: revoke it, record INFRA, retry per settings."""
+        found = self._current(session, eval_id, task_id)
+        if isinstance(found, str):
+            return found
+        ev, pr = found
+        # A hung task may still hold its GPU: terminate it if it is anywhere; its late result is ignored anyway.
+        self.celery.control.revoke(task_id, terminate=True)
+        return self._apply(session, ev, pr, self._infra(ev, pr, reason, kind, detail, **context))
 
     def _store(self, ev: Evaluation, result: EvalResult) -> None:
         ev.result = result.to_dict()
@@ -341,9 +354,16 @@ class Service:
             return  # nothing to say yet
         body = render.sticky_comment(current=current, earlier=earlier, awaiting_approval=pr.awaiting_approval,
                                      approval_label=self.settings.approval_label, head_sha=pr.head_sha,
-                                     models=list(self.settings.models))
+                                     models=self._models_shown(current))
         pr.sticky_comment_id = publish.upsert_sticky(self.gh_repo(pr.repository), pr.number, pr.sticky_comment_id,
                                                      body)
+
+    def _models_shown(self, current) -> list[str]:
+        """The models named under the comment: those measured, else those asked for (empty: the profile's)."""
+        result = current.result if current is not None else None
+        if result is not None and (result.gates or result.guards):
+            return list(dict.fromkeys([g.model for g in result.gates] + [g.model for g in result.guards]))
+        return list(self.settings.models)
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from worker.config import EvalSettings
 
@@ -44,10 +45,17 @@ class Settings(BaseSettings):
     permission_cache_s: float = Field(60.0, ge=0)
 
     # Evaluation.
-    models: tuple[str, ...] = ("qwen35-tiny",)
+    models: tuple[str, ...] = ()  # primary models to evaluate; empty = every model of the profile
     gpu_workers: int = Field(1, ge=1)  # used for the queue ETA
     eval: EvalSettings = Field(default_factory=EvalSettings)
     check_name: str = "tokengate"
+
+    # Watchdog (publish worker's beat): active evaluations whose task is gone become INFRA and are retried.
+    watchdog_interval_s: float = Field(60.0, gt=0)
+    watchdog_lost_after_s: float = Field(120.0, ge=0)  # no heartbeat / no queued message for this long = lost
+    heartbeat_ttl_s: float = Field(45.0, ge=1)  # a running task's liveness key lapses this long after its worker
+    eval_deadline_s: float = Field(4 * 3600.0, gt=0)  # running longer than this is a timeout, alive or not
+    queue_deadline_s: float = Field(24 * 3600.0, gt=0)  # waiting longer than this is a timeout
 
     # Merge-first rounds.
     round_window_s: float = 7 * 24 * 3600.0
@@ -61,6 +69,14 @@ class Settings(BaseSettings):
                 f"TOKENGATE_WEBHOOK_SECRET is a placeholder ({self.webhook_secret!r}) "
                 f"but environment is {self.environment!r}: set a real secret"
             )
+        password = make_url(self.database_url).password if "://" in self.database_url else None
+        if self.environment != "development" and password is not None and \
+                str(password).strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError(f"the password in TOKENGATE_DATABASE_URL is a placeholder ({password!r}) "
+                             f"but environment is {self.environment!r}: set a real one")
+        if self.watchdog_lost_after_s < self.heartbeat_ttl_s:
+            raise ValueError(f"TOKENGATE_WATCHDOG_LOST_AFTER_S ({self.watchdog_lost_after_s}) must be at least "
+                             f"TOKENGATE_HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}): live tasks would look lost")
         return self
 
     def private_key_pem(self) -> str:

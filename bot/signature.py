@@ -13,4 +13,5 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
     """Constant-time check; a missing or malformed header is simply invalid."""
     if not header or not header.startswith("sha256="):
         return False
-    return hmac.compare_digest(sign(secret, body), header.strip())
+    # Bytes, not str: compare_digest raises on non-ASCII str, and a forged header must just be invalid.
+    return hmac.compare_digest(sign(secret, body).encode(), header.strip().encode("utf-8", "surrogateescape"))

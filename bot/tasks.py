@@ -78,9 +78,9 @@ def evaluation_failed(*args) -> str:
         return Service().evaluation_failed(session, eval_id, task_id, detail)
 
 
-
 ROUNDS_TASK = "tokengate.close_due_rounds"
 ROUNDS_CHECK_S = 300.0
+WATCHDOG_TASK = "tokengate.reap_lost_evaluations"
 
 
 @app.task(name=ROUNDS_TASK)
@@ -91,6 +91,30 @@ def close_due_rounds() -> list[str]:
         return ["\n".join(plan.lines()) for plan in close(session, Service())]
 
 
-def schedule_rounds(celery) -> None:
-    celery.conf.beat_schedule = {"close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S,
-                                                      "options": {"queue": "publish"}}}
+@app.task(name=WATCHDOG_TASK)
+def reap_lost_evaluations() -> list[str]:
+    """Active evaluations whose task vanished or is overdue → INFRA, retried per settings (beat, every minute)."""
+    from bot import watchdog
+    service = Service()
+    with session_scope() as session:
+        findings = watchdog.inspect_active(session, service.settings, watchdog.TaskProbe(service.celery))
+    outcomes = []
+    for finding in findings:  # one transaction each: one failure does not hold up the others
+        try:
+            with session_scope() as session:
+                outcomes.append(watchdog.act(session, service, finding))
+        except Exception:  # noqa: BLE001 - logged; the next beat tries again
+            log.exception("watchdog: evaluation %s (%s)", finding.eval_id, finding.action)
+    for line in outcomes:
+        log.warning("watchdog: %s", line)
+    return outcomes
+
+
+def schedule_periodic(celery) -> None:
+    """The publish worker's beat: close due rounds, reap lost evaluations."""
+    from bot.settings import get_settings
+    celery.conf.beat_schedule = {
+        "close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S, "options": {"queue": "publish"}},
+        "reap-lost-evaluations": {"task": WATCHDOG_TASK, "schedule": get_settings().watchdog_interval_s,
+                                  "options": {"queue": "publish", "expires": get_settings().watchdog_interval_s}},
+    }

@@ -54,7 +54,9 @@ def receive(body: bytes, headers) -> JSONResponse:
         payload = json.loads(body)
     except ValueError:
         return JSONResponse({"error": "body is not JSON"}, status_code=400)
-    action = payload.get("action") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        return JSONResponse({"error": "body is not a JSON object"}, status_code=400)
+    action = payload.get("action")
     if event not in EVENTS:
         return JSONResponse({"status": "ignored", "event": event}, status_code=202)
     try:

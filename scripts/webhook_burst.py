@@ -25,7 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PAYLOAD = Path("/work/shared/github/payloads/pull_request.opened.json")
+# shared/ beside the checkout, or TOKENGATE_SHARED.
+SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+PAYLOAD = SHARED / "github" / "payloads" / "pull_request.opened.json"
 
 
 def free_port() -> int:

@@ -7,27 +7,37 @@ bot side only). The two sides talk only by task *name*, never by import.
 """
 from __future__ import annotations
 
+import threading
+
 from celery import Celery
-from celery.signals import task_prerun
-from kombu import Queue
+from celery.signals import task_postrun, task_prerun
+from kombu import Exchange, Queue
+
+from . import heartbeat
 
 EVALUATE_TASK = "tokengate.evaluate"  # gpu: job dict -> EvalResult.to_dict()
 STARTED_TASK = "tokengate.evaluation_started"  # publish: (eval_id, hostname), sent when an evaluation starts
+HEARTBEAT_TTL_CONF = "tokengate_heartbeat_ttl_s"  # app.conf key; heartbeat.TTL_S when unset
 GPU_QUEUE = "gpu"
 PUBLISH_QUEUE = "publish"
 
 app = Celery("tokengate", set_as_current=True)
+_heartbeats: dict[str, heartbeat.Heartbeat] = {}  # task id → the thread keeping it visibly alive
 
 
 def configure(broker_url: str, result_backend: str | None = None, key_prefix: str = "", **overrides) -> Celery:
-    """Point `app` at a broker; call once per process before sending tasks or starting a worker."""
+    """Point `app` at a broker; call once per process before sending tasks or starting a worker (calling it
+    again — tests — also drops what the app built from the old settings)."""
+    _forget_connections()
     transport = {"global_keyprefix": key_prefix} if key_prefix else {}
     app.conf.update(
         broker_url=broker_url,
         result_backend=result_backend or broker_url,
         broker_transport_options=transport,
         result_backend_transport_options=transport,
-        task_queues=(Queue(GPU_QUEUE), Queue(PUBLISH_QUEUE)),
+        # One direct exchange per queue, routing key = queue name: a message reaches exactly one queue
+        # (with bare Queue(name) both queues were bound to the default exchange under one key).
+        task_queues=tuple(Queue(q, Exchange(q, type="direct"), routing_key=q) for q in (GPU_QUEUE, PUBLISH_QUEUE)),
         task_default_queue=PUBLISH_QUEUE,
         task_routes={EVALUATE_TASK: {"queue": GPU_QUEUE}},
         task_serializer="json", result_serializer="json", accept_content=["json"],
@@ -43,11 +53,37 @@ def configure(broker_url: str, result_backend: str | None = None, key_prefix: st
     return app
 
 
+def _forget_connections() -> None:
+    """Celery caches the broker pool, the result backend and the queue declarations on first use; after a
+    change of broker or key prefix they would still point at the old ones."""
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app._backend_cache = None
+    app._local = threading.local()
+    for cached in ("amqp", "control"):
+        app.__dict__.pop(cached, None)
+
+
 @task_prerun.connect
 def _announce_start(task_id=None, task=None, args=None, kwargs=None, **_):
-    """Tell the bot side that an evaluation left the queue (→ check run in_progress), by task name only."""
+    """An evaluation left the queue: start its heartbeat (the bot's watchdog reads it) and tell the bot
+    side (→ check run in_progress), by task name only."""
     if task is None or task.name != EVALUATE_TASK:
         return
+    owner = task.app  # the app that runs it (`app` in production; tests may use their own)
+    client, prefix = heartbeat.broker_redis(owner)
+    if client is not None and task_id:
+        ttl = float(owner.conf.get(HEARTBEAT_TTL_CONF) or heartbeat.TTL_S)
+        _heartbeats[task_id] = heartbeat.Heartbeat(client, prefix, task_id, task.request.hostname or "",
+                                                   interval=ttl / 4, ttl=ttl).start()
     job = (args[0] if args else None) or (kwargs or {}).get("job") or {}
-    if "eval_id" in job:
-        app.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id], queue=PUBLISH_QUEUE)
+    if isinstance(job, dict) and "eval_id" in job:
+        owner.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id], queue=PUBLISH_QUEUE)
+
+
+@task_postrun.connect
+def _stop_heartbeat(task_id=None, task=None, **_):
+    beat = _heartbeats.pop(task_id, None) if task_id else None
+    if beat is not None:
+        beat.stop()

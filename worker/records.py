@@ -36,6 +36,7 @@ class InfraKind(str, Enum):
     SANDBOX_FAILURE = "sandbox_failure"
     CHECKOUT_FAILURE = "checkout_failure"
     INTERNAL_ERROR = "internal_error"
+    WORKER_LOST = "worker_lost"  # the worker vanished mid-evaluation (set by the bot's watchdog)
 
 
 @dataclass

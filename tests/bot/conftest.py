@@ -1,6 +1,6 @@
 """Fixtures for the bot: a fresh PostgreSQL database and Redis namespace per test session, our own
 GitHub server per test, real git repositories as PR remotes, and a real Celery worker (in a thread)
-consuming both queues with the fake evaluation registered under the pipeline's task name."""
+consuming both queues with the fake evaluation installed under the pipeline's task name."""
 from __future__ import annotations
 
 import json
@@ -82,20 +82,25 @@ def migrated(pg_url):
     return pg_url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_app(redis_ns):
+    """The process-wide app on this session's Redis namespace, with the fake evaluation installed under the
+    pipeline's task name for as long as tests/bot runs (then whatever held the name before is put back, so
+    the worker tests that follow in the same session get the real task)."""
+    from tests.bot.fake_evaluation import install
     from worker import celery_app as shared
     broker, prefix = redis_ns
     shared.configure(broker, broker, key_prefix=prefix)
     import bot.tasks  # noqa: F401  (publish tasks)
-    import tests.bot.fake_evaluation  # noqa: F401  (stands in for the gpu task)
-    return shared.app
+    undo = install(shared.app)
+    yield shared.app
+    undo()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_worker(celery_app):
     """One real worker thread consuming `gpu` and `publish` (threads pool: a running evaluation does not
-    block publishing)."""
+    block publishing); stopped when tests/bot is done."""
     from celery.contrib.testing.worker import start_worker
     with start_worker(celery_app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING",
                       queues=["gpu", "publish"], shutdown_timeout=30) as worker:

@@ -1,4 +1,5 @@
-"""A fast stand-in for the evaluation pipeline (tests only), registered under the real task name.
+"""A fast stand-in for the evaluation pipeline (tests only), installed under the real task name by
+`install(app)` (in-process tests) or by importing tests.bot.fake_gpu_tasks (`tokengate worker --include`).
 
 It behaves like the GPU side: reads the head commit from the real git remote in the job, and
 returns an `EvalResult.to_dict()`. What it "measures" is chosen by the head commit's message:
@@ -12,9 +13,10 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from urllib.parse import urlparse
 
-from worker.celery_app import EVALUATE_TASK, app
+from worker.celery_app import EVALUATE_TASK
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
 
 BLOCK_TIMEOUT_S = 20.0
@@ -74,15 +76,16 @@ def _message(repo_url: str, sha: str) -> str:
                           text=True).stdout.lower()
 
 
-@app.task(name=EVALUATE_TASK)
 def fake_evaluate(job: dict) -> dict:
     message = _message(job["repo_url"], job["head_sha"])
     if "crash" in message:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     if "block" in message:
         import redis
-        client = redis.Redis.from_url(app.conf.broker_url)
-        prefix = (app.conf.broker_transport_options or {}).get("global_keyprefix", "")
+        from celery import current_task
+        conf = current_task.app.conf
+        client = redis.Redis.from_url(conf.broker_url)
+        prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
         while not client.exists(f"{prefix}release:{job['head_sha']}") and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -95,5 +98,20 @@ def fake_evaluate(job: dict) -> dict:
         kind = "infra" if job["attempt"] == 1 else "xl"
     pct = re.search(r"xl:(\d+)", message)
     return result_for(kind, repo=job["repo_full_name"], pr=job["pr_number"], base_sha=job["base_sha"],
-                      head_sha=job["head_sha"], attempt=job["attempt"], model=job["models"][0],
+                      head_sha=job["head_sha"], attempt=job["attempt"], model=(job.get("models") or ["qwen35-tiny"])[0],
                       profile=job["profile"], speedup=int(pct.group(1)) / 100 if pct else 0.452).to_dict()
+
+
+def install(celery_app) -> Callable[[], None]:
+    """Register the fake as `tokengate.evaluate` on this app, in place of whatever holds the name (the
+    pipeline's task, when worker.tasks was imported); returns the undo. Nothing happens at import, so
+    importing this module for `result_for` leaves the process-wide app alone."""
+    registry = celery_app.tasks  # finalizes the app: later registrations are immediate
+    previous = registry.pop(EVALUATE_TASK, None)
+    celery_app.task(name=EVALUATE_TASK, shared=False)(fake_evaluate)
+
+    def undo() -> None:
+        registry.pop(EVALUATE_TASK, None)
+        if previous is not None:
+            registry[EVALUATE_TASK] = previous
+    return undo

@@ -15,7 +15,7 @@ from bot.settings import Settings, get_settings, override_settings
 def test_no_environment_read_at_import():
     """Importing the service with an environment that would be rejected must not fail: nothing is read yet."""
     env = {**os.environ, "TOKENGATE_ENVIRONMENT": "production", "TOKENGATE_WEBHOOK_SECRET": "changeme"}
-    code = ("import bot.webhook, bot.tasks, bot.cli, bot.rounds\n"
+    code = ("import bot.webhook, bot.tasks, bot.cli, bot.rounds, bot.watchdog, bot.queue, worker.celery_app\n"
             "from bot.settings import get_settings\n"
             "try:\n    get_settings()\nexcept Exception as e:\n    print('rejected on use:', type(e).__name__)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
@@ -41,6 +41,20 @@ def test_placeholder_secret_rejected_outside_development(secret):
     with pytest.raises(ValidationError, match="placeholder"):
         Settings(environment="production", webhook_secret=secret)
     Settings(environment="development", webhook_secret=secret)  # fine for local work
+
+
+def test_placeholder_database_password_rejected_outside_development():
+    url = "postgresql+psycopg2://tokengate:changeme@postgres:5432/tokengate"
+    with pytest.raises(ValidationError, match="TOKENGATE_DATABASE_URL"):
+        Settings(environment="production", webhook_secret="a-real-secret-value", database_url=url)
+    Settings(environment="production", webhook_secret="a-real-secret-value",
+             database_url=url.replace("changeme", "k7Qv9pL2"))
+    Settings(environment="development", database_url=url)
+
+
+def test_watchdog_grace_must_cover_the_heartbeat():
+    with pytest.raises(ValidationError, match="HEARTBEAT_TTL_S"):
+        Settings(watchdog_lost_after_s=10, heartbeat_ttl_s=30)
 
 
 def test_missing_app_credentials_are_named():

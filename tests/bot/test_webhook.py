@@ -29,9 +29,10 @@ def test_verify_is_exact():
     assert not verify("other", body, good)
     assert not verify("s3cret", body, None)
     assert not verify("s3cret", body, good.replace("sha256=", "sha1="))
+    assert not verify("s3cret", body, "sha256=" + "é" * 64)  # non-ASCII: invalid, not an exception
 
 
-@pytest.mark.parametrize("case", ["missing", "forged", "wrong-secret", "tampered-body"])
+@pytest.mark.parametrize("case", ["missing", "forged", "non-ascii", "wrong-secret", "tampered-body"])
 def test_bad_signature_is_401_and_stores_nothing(client, case):
     body = (PAYLOADS / "ping.json").read_bytes()  # raw bytes, exactly as GitHub sent them
     headers = signed_headers(body, "ping")
@@ -39,6 +40,8 @@ def test_bad_signature_is_401_and_stores_nothing(client, case):
         del headers["X-Hub-Signature-256"]
     elif case == "forged":
         headers["X-Hub-Signature-256"] = "sha256=" + "0" * 64
+    elif case == "non-ascii":
+        headers["X-Hub-Signature-256"] = ("sha256=" + "\xe9" * 64).encode("latin-1")
     elif case == "wrong-secret":
         headers["X-Hub-Signature-256"] = sign("not-the-secret", body)
     else:
