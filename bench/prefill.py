@@ -27,6 +27,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -105,8 +106,11 @@ def _env() -> dict:
     info["commit"] = None
     if (ROOT / ".git").exists():
         try:
-            info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                            text=True, timeout=10).stdout.strip() or None
+            r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                               timeout=10)
+            sha = r.stdout.strip()
+            # A copy with an empty .git answers "HEAD" and fails: only a real SHA counts.
+            info["commit"] = sha if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", sha) else None
         except Exception as e:  # noqa: BLE001
             info["commit_reason"] = repr(e)
     if info["commit"] is None:  # the device copy has no .git: the coordinator passes the commit
