@@ -40,3 +40,23 @@ def test_prefill_r1_gqa4_matches_reference_across_chunks(tied):
     for b0 in range(0, 150, 64):
         assert kl[b0 : b0 + 64].mean().item() < 5e-3, (b0, kl[b0 : b0 + 64].mean().item())
     assert ((got - ref).norm() / ref.norm()).item() < 0.05  # bf16 GEMM operands (tied N(0,1) head: large logits)
+
+
+def test_debug_probe_ignores_stale_workspace_values():
+    """The per-layer probe (engine.prefill_debug) checks only what each step wrote: stale non-finite
+    values from an earlier call must not be reported as 'non-finite after embedding' (on the GPU a
+    failed run left every buffer NaN and the probe blamed the embedding, hiding the real layer)."""
+    cfg = small_config(n_layers=4, n_k_head=2, n_v_head=2, n_head=8, n_kv_head=2)
+    eng = load_triton_engine(_model(cfg, random_weights(cfg, seed=2)), device=DEVICE, max_context=16)
+    eng.prefill([1, 2, 3, 4, 5, 6])
+    ws = eng.prefill_workspace
+    for name in ("xn", "u_raw", "u_conv", "ab", "z", "o", "y", "qg", "k", "v", "q", "attn", "act"):
+        getattr(ws, name).fill_(float("nan"))
+    eng.reset()
+    eng.prefill_debug = True
+    assert torch.isfinite(eng.prefill([1, 2, 3, 4])).all()
+    # and a real non-finite value is still named, with its layer
+    eng.reset()
+    eng.weights.vec["blk.1.ssm_norm.weight"][0] = float("nan")
+    with pytest.raises(FloatingPointError, match="layer 1 mixer"):
+        eng.prefill([1, 2, 3, 4])
