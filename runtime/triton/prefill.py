@@ -201,13 +201,15 @@ def _ffn(engine, p: str, ws: PrefillWorkspace, n: int) -> None:
     _mm(engine, p + "ffn_down.weight", ws.act[:n], ws.h[:n], residual=ws.h[:n])
 
 
-_PROBES = ("h", "xn", "u_raw", "u_conv", "ab", "z", "o", "y", "qg", "k", "v", "q", "attn", "act")
+_GDN_BUFS = ("u_raw", "z", "ab", "u_conv", "o", "y")
+_ATTN_BUFS = ("qg", "k", "v", "q", "attn")
 
 
-def _probe(engine, ws: PrefillWorkspace, n: int, where: str) -> None:
-    """Diagnostics (engine.prefill_debug): raise naming the first layer/step whose buffers hold non-finite
-    values, and which buffers. Synchronises every layer: for debugging only."""
-    bad = [b for b in _PROBES if hasattr(ws, b) and not bool(torch.isfinite(getattr(ws, b)[:n]).all())]
+def _probe(ws: PrefillWorkspace, n: int, where: str, bufs: tuple[str, ...]) -> None:
+    """Diagnostics (engine.prefill_debug): raise naming the first step whose buffers hold non-finite
+    values, and which. Only the buffers that step wrote are checked (the others still hold an
+    earlier chunk's or layer's values, or were never written). Synchronises: for debugging only."""
+    bad = [b for b in ("h", *bufs) if not bool(torch.isfinite(getattr(ws, b)[:n]).all())]
     if bad:
         rows = torch.nonzero(~torch.isfinite(ws.h[:n]).reshape(n, -1).all(dim=1)).flatten()[:8].tolist()
         raise FloatingPointError(f"non-finite after {where} (n={n}): buffers {bad}; first residual rows {rows}")
@@ -221,7 +223,7 @@ def _forward_chunk(engine, ids: torch.Tensor, ws: PrefillWorkspace, pos0: int) -
     gather_rows(emb.data, emb.qtype, ids, cfg.d_model, out=ws.h[:n])
     debug = bool(getattr(engine, "prefill_debug", False))
     if debug:
-        _probe(engine, ws, n, f"embedding (pos0={pos0})")
+        _probe(ws, n, f"embedding (pos0={pos0})", ())
     cos = sin = None
     if cfg.attention_layers:
         cos, sin = rope_tables(torch.arange(pos0, pos0 + n, device=ids.device), cfg.rope_dims, cfg.rope_base)
@@ -232,15 +234,17 @@ def _forward_chunk(engine, ids: torch.Tensor, ws: PrefillWorkspace, pos0: int) -
         if cfg.is_attention(layer):
             _attn_layer(engine, p, i_attn, ws, n, pos0, cos, sin)
             i_attn += 1
+            mixer_bufs = _ATTN_BUFS
         else:
             _gdn_layer(engine, p, i_gdn, ws, n)
             i_gdn += 1
+            mixer_bufs = _GDN_BUFS
         if debug:
-            _probe(engine, ws, n, f"layer {layer} mixer (pos0={pos0}, gemm {gemm_mode(engine)})")
+            _probe(ws, n, f"layer {layer} mixer (pos0={pos0}, gemm {gemm_mode(engine)})", ("xn", *mixer_bufs))
         rmsnorm(ws.h[:n], vec[p + "post_attention_norm.weight"], cfg.rms_eps, out=ws.xn[:n])
         _ffn(engine, p, ws, n)
         if debug:
-            _probe(engine, ws, n, f"layer {layer} ffn (pos0={pos0}, gemm {gemm_mode(engine)})")
+            _probe(ws, n, f"layer {layer} ffn (pos0={pos0}, gemm {gemm_mode(engine)})", ("xn", "act"))
 
 
 def _logits(engine, ws: PrefillWorkspace, rows: slice, out: torch.Tensor) -> None:

@@ -15,6 +15,8 @@ Masks are applied to exponent arguments (−inf), never after exponentiating.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -166,8 +168,9 @@ def scan_config(hv: int, dv: int) -> dict:
     BV=32 > the 232448 B limit on H200; 57344 B with one stage, no spills; see
     bench/prefill_compile_check.py)."""
     if interpreting():
-        return dict(BV=dv, num_warps=1, num_stages=1)
-    return dict(BV=32 if hv >= 32 else 16, num_warps=8, num_stages=1)
+        return dict(BV=int(os.environ.get("TOKENGATE_GDN_SCAN_BV", dv)), num_warps=1, num_stages=1)
+    bv = int(os.environ.get("TOKENGATE_GDN_SCAN_BV", 32 if hv >= 32 else 16))  # override: GPU bisecting
+    return dict(BV=bv, num_warps=8, num_stages=1)
 
 
 def prep_config() -> dict:
