@@ -7,7 +7,8 @@ import jinja2
 
 from .records import EvalResult, GateResult
 
-_TEMPLATES = Path(__file__).with_name("templates")
+# All wording lives in the top-level templates/ folder (the bot renders its GitHub text from there too).
+_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def _pct(x, sign=True):
@@ -43,7 +44,7 @@ def comment_markdown(result: EvalResult) -> str:
     clock = {"oncpu": "on-CPU time of the revision's process", "wall": "wall clock"}.get(
         rc.get("config", {}).get("profile", {}).get("clock", "wall"), "wall clock")
     d = result.to_dict()
-    return env.get_template("eval_report.md").render(
+    return env.get_template("eval_report.md.j2").render(
         r=d, pct=_pct, num=_num, sci=_sci, gate_word=lambda g: gate_word(GateResult(**g)),
         device=device or rc.get("host", {}).get("cpu_model") or "cpu", clock=clock,
         harness=rc.get("harness_version", "?"), isolation=iso_text, eval_id=rc.get("eval_id", "?"))
