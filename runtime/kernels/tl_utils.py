@@ -32,3 +32,11 @@ def mma_bf16(a, b, acc, DOT_BF16: tl.constexpr):
 def mma_f32(a, b, acc, F32_PREC: tl.constexpr):
     """acc + a·b on fp32 operands (tf32 tensor cores on the GPU, exact fp32 in the interpreter)."""
     return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=F32_PREC)
+
+
+@triton.jit
+def gdn_log_decay(a, dt_bias, ssm_a):
+    """Gated DeltaNet log-decay g = ssm_a * softplus(a + dt_bias) <= 0 (§5.4; ssm_a = -exp(A_log)),
+    with the softplus linear above 20 so exp never overflows."""
+    x = a + dt_bias
+    return ssm_a * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))

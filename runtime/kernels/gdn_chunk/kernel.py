@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..tl_utils import dot_flags, interpreting, mma_f32
+from ..tl_utils import dot_flags, gdn_log_decay, interpreting, mma_f32
 
 CHUNK = 64
 
@@ -44,9 +44,7 @@ def _gdn_prep_kernel(
     # gates (§5.4), zero for padded rows: g = 0, β = 0
     a = tl.load(p_alpha + rows * stride_ab + i_h, mask=valid, other=0.0).to(tl.float32)
     b = tl.load(p_b + rows * stride_ab + i_h, mask=valid, other=0.0).to(tl.float32)
-    x = a + tl.load(p_dt + i_h)
-    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    g = tl.where(valid, tl.load(p_ssm_a + i_h) * softplus, 0.0)
+    g = tl.where(valid, gdn_log_decay(a, tl.load(p_dt + i_h), tl.load(p_ssm_a + i_h)), 0.0)
     beta = tl.where(valid, tl.sigmoid(b), 0.0)
     gam = tl.cumsum(g, axis=0)
 

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
+from ..tl_utils import gdn_log_decay
 
 
 @triton.jit
@@ -40,9 +41,7 @@ def _gdn_decode_kernel(p_proj, p_state, p_ssm_a, p_dt_bias, p_norm_w, p_out, n_k
     b = tl.load(p_proj + cc + n_v_head * DV + i_v)
     a = tl.load(p_proj + cc + n_v_head * DV + n_v_head + i_v)
     beta = 1.0 / (1.0 + tl.exp(-b))
-    x = a + tl.load(p_dt_bias + i_v)
-    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    decay = tl.exp(tl.load(p_ssm_a + i_v) * softplus)  # ssm_a = -exp(A_log) <= 0
+    decay = tl.exp(gdn_log_decay(a, tl.load(p_dt_bias + i_v), tl.load(p_ssm_a + i_v)))
 
     s = s0 * decay  # [DK, DV]
     delta = beta * (v - tl.sum(s * k[:, None], axis=0))
@@ -76,9 +75,7 @@ def _gdn_decode_split_kernel(p_proj, p_state, p_ssm_a, p_dt_bias, p_out, p_ssq, 
     b = tl.load(p_proj + cc + n_v_head * DV + i_v)
     a = tl.load(p_proj + cc + n_v_head * DV + n_v_head + i_v)
     beta = 1.0 / (1.0 + tl.exp(-b))
-    x = a + tl.load(p_dt_bias + i_v)
-    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-    decay = tl.exp(tl.load(p_ssm_a + i_v) * softplus)
+    decay = tl.exp(gdn_log_decay(a, tl.load(p_dt_bias + i_v), tl.load(p_ssm_a + i_v)))
     p_s = p_state + i_v.to(tl.int64) * DK * DV + kk[:, None] * DV + vv[None, :]
     s = tl.load(p_s) * decay  # [DK, BV]
     delta = beta * (v - tl.sum(s * k[:, None], axis=0))
