@@ -39,7 +39,9 @@ def quick_settings() -> EvalSettings:
 def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(repo)], check=True)
-    rep = run_placebo(str(repo), "HEAD", quick_settings(), evaluations=20, calibrate=10,
+    # 20 A/A calibrations: with 10, the Q3 + 3·IQR floor missed the tail of this box's process-to-process
+    # offsets (2 false REJECTs in one CI run).
+    rep = run_placebo(str(repo), "HEAD", quick_settings(), evaluations=20, calibrate=20,
                       workdir=tmp_path / "w", store=AAStore(tmp_path / "aa.sqlite"), trusted_root=REPO)
     print(json.dumps({"verdicts": rep.verdicts, "noise": rep.noise_table(),
                       "s_per_eval": rep.seconds_per_evaluation}, indent=1))
@@ -47,5 +49,5 @@ def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     assert rep.false_rejects == 0, rep.verdicts
     false_tiers = sum(v for k, v in rep.verdicts.items() if k in ("S", "M", "L", "XL"))
     assert false_tiers <= 2, rep.verdicts  # reported; a tier on A/A would be merged by merge-first
-    assert all(len(d) == 30 for d in rep.deltas.values())
+    assert all(len(d) == 40 for d in rep.deltas.values())
     assert all(f >= 0.02 for f in rep.floors.values())  # calibrated floors, never below the minimum
