@@ -377,12 +377,28 @@ def gemv_variants(eng) -> dict:
     return out
 
 
-def engine_variant_options() -> dict:
+TILE_TABLES: dict = {}  # --tile-table: model name -> TileTable measured by bench/gemv_sweep.py
+
+
+def engine_variant_options(model_name: str | None = None) -> dict:
     """Named engine options timed against the defaults (tg128 @0 on this model): the flags that
     decide which kernel variant the engine uses, so one GPU run tells which to make default."""
-    from runtime.kernels.gemv import AutoTile
+    from dataclasses import replace
 
+    from runtime.kernels.gemv import AutoTile, TileTable
+
+    table = {}
+    if model_name in TILE_TABLES:
+        t = TILE_TABLES[model_name]
+        t_pdl = TileTable(tuple((k, replace(c, pdl=True)) for k, c in t.entries), replace(t.fallback, pdl=True))
+        table = {"table": {"gemv_config": t}, "table_pdl": {"gemv_config": t_pdl, "gdn_pdl": True}}
     return {
+        # word-wise Q4_K/Q6_K unpacking (runtime/kernels/gemv/words.py) with its tile heuristic
+        # the byte-wise GEMV (the default before the words path), and the words path with PDL
+        "bytes": {"gemv_config": AutoTile(2, words=False)},
+        "bytes_pdl": {"gemv_config": AutoTile(2, words=False, pdl=True), "gdn_pdl": True},
+        "words_pdl": {"gemv_config": AutoTile(3, words=True, pdl=True), "gdn_pdl": True},
+        **table,
         "default": {},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},
         "gemv_step_reduce": {"gemv_config": AutoTile(2, acc=1)},
@@ -414,7 +430,7 @@ def engine_variants(eng, model, max_ctx: int, names: list[str], runs: int) -> di
     """tg128 @0 of each named variant, with its greedy tokens compared to the default engine's."""
     from runtime.triton.engine import TritonEngine
 
-    options = engine_variant_options()
+    options = engine_variant_options(model.config.name)
     unknown = [n for n in names if n not in options]
     if unknown:
         raise ValueError(f"unknown engine variants {unknown}; known: {sorted(options)}")
@@ -517,7 +533,7 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
     if best != "default":  # the winner at every depth too (one engine at a time: 9B weights twice fit, but why)
         del eng
         torch.cuda.empty_cache()
-        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options()[best])
+        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options(model.config.name)[best])
         time_depths(eng, shape, args, r, "tg128_best", step, copy_bw)
     if args.gemv_tiles:
         step("gemv_variants", lambda: gemv_variants(eng))
@@ -573,16 +589,24 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-variants", action="store_true", help=argparse.SUPPRESS)  # old flag: tiles are opt-in now
     ap.add_argument("--skip-best", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-hash", action="store_true")
+    ap.add_argument("--tile-table", action="append", default=[], type=Path, metavar="SWEEP_JSON",
+                    help="bench/gemv_sweep.py output: adds variants 'table' and 'table_pdl' for its model")
     args = ap.parse_args(argv)
+    from runtime.kernels.gemv import TileTable
+
+    for p in args.tile_table:
+        sweep = json.loads(p.read_text())
+        TILE_TABLES[sweep["model"]] = TileTable.from_dict(sweep["table"])
     args.depths = [int(d) for d in args.depths.split(",") if d]
     args.reference_shapes = set(args.reference_shapes.split(","))
     args.gguf = dict(kv.split("=", 1) for kv in args.gguf)
     if args.skip_engine_variants:
         args.variants = "default"
-    names = list(engine_variant_options()) if args.variants == "all" else [n for n in args.variants.split(",") if n]
-    unknown = [n for n in names if n not in engine_variant_options()]
+    known = set(engine_variant_options()) | {"table", "table_pdl"}
+    names = sorted(known) if args.variants == "all" else [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        ap.error(f"unknown --variants {unknown}; known: {', '.join(engine_variant_options())}")
+        ap.error(f"unknown --variants {unknown}; known: {', '.join(sorted(known))}")
     args.variants = ["default"] + [n for n in names if n != "default"]
     if not torch.cuda.is_available():
         print("bench/decode.py needs a CUDA device", file=sys.stderr)

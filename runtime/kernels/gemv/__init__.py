@@ -1,4 +1,4 @@
-from .kernel import AutoTile, GemvConfig, gemv
+from .kernel import AutoTile, GemvConfig, TileTable, gemv, tile_key
 from .naive import gemv_naive
 
-__all__ = ["AutoTile", "GemvConfig", "gemv", "gemv_naive"]
+__all__ = ["AutoTile", "GemvConfig", "TileTable", "gemv", "gemv_naive", "tile_key"]

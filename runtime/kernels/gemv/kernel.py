@@ -11,7 +11,7 @@ SwiGLU over segments 0/1 (out = silu(W0 x) * (W1 x)).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -22,6 +22,7 @@ from ...gguf import BLOCK, GGMLType
 from ...triton.weights import QWeight
 
 from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
+from .words import dot_q4k_words, dot_q6k_words
 
 # qtype codes inside the kernel
 T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_K, T_Q5_K, T_Q6_K = 0, 1, 2, 3, 4, 5, 6
@@ -264,6 +265,18 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 
 
 @triton.jit
+def _dot(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
+         NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, ACC: tl.constexpr, WORDS: tl.constexpr):
+    """The row dot products of one matrix: word-wise for Q4_K/Q6_K when WORDS (words.py), else byte-wise."""
+    if WORDS and QT == 4:
+        return dot_q4k_words(p_w, row_bytes, rows, p_x, p_nw, K, BN, BB, NORM)
+    elif WORDS and QT == 6:
+        return dot_q6k_words(p_w, row_bytes, rows, p_x, p_nw, K, BN, BB, NORM)
+    else:
+        return _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6, ACC)
+
+
+@triton.jit
 def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
     """Pull this program's weight rows into L2 (PDL prologue: weights do not depend on the previous
     kernel, so their DRAM latency overlaps its tail). Block-quantized rows only (byte strides)."""
@@ -277,7 +290,7 @@ def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexp
 def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
              KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
-             ACC: tl.constexpr):
+             ACC: tl.constexpr, WORDS: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
@@ -285,7 +298,7 @@ def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res
         gdc_launch_dependents()
         _l2_prefetch_rows(p_w, row_bytes, rows, QT, LINES)
         gdc_wait()
-    acc, ss = _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6, ACC)
+    acc, ss = _dot(p_w, row_bytes, rows, p_x, p_nw, K, QT, BN, BB, NORM, KMASK, Q6, ACC, WORDS)
     if NORM:
         acc = acc * tl.rsqrt(ss / K + eps)
     if EPI == 1:
@@ -309,7 +322,7 @@ def _gemv_kernel(
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
     KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, WORDS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -322,8 +335,8 @@ def _gemv_kernel(
             _l2_prefetch_rows(p_w0, rb0, rows, QT0, LINES)
             _l2_prefetch_rows(p_w1, rb1, rows, QT1, LINES)
             gdc_wait()
-        g, ss = _dot_rows(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6, ACC)
-        u, _ = _dot_rows(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6, ACC)
+        g, ss = _dot(p_w0, rb0, rows, p_x, p_nw, K, QT0, BN, BB, NORM, KMASK, Q6, ACC, WORDS)
+        u, _ = _dot(p_w1, rb1, rows, p_x, p_nw, K, QT1, BN, BB, NORM, KMASK, Q6, ACC, WORDS)
         if NORM:
             r = tl.rsqrt(ss / K + eps)
             g = g * r
@@ -332,21 +345,21 @@ def _gemv_kernel(
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
+                     QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
+                         QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
+                             QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, K, eps, n_ch,
-                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC)
+                                 QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS)
 
 
 @dataclass(frozen=True)
@@ -362,20 +375,48 @@ class GemvConfig:
     pdl: bool = False  # programmatic dependent launch + L2 prefetch of the weights before waiting (sm_90)
     acc: int = 2  # 2 = per-element scaled accumulator reduced after the K loop; 1 = reduce every step
     num_stages: int | None = None  # software-pipelining depth of the K loop (None: Triton's default, 3 on sm_90)
+    words: bool = False  # Q4_K/Q6_K rows loaded as int32 words and unpacked in registers (words.py)
 
 
 @dataclass(frozen=True)
 class AutoTile:
     """Pick the tile per launch from the matrix shapes: version 1 = the first heuristic (BB <= 2,
-    warps from the tile size), version 2 = enough bytes in flight per SM (see auto_config_v2)."""
+    warps from the tile size), version 2 = enough bytes in flight per SM (see auto_config_v2),
+    version 3 = the words path's (auto_config_v3). Versions 1 and 2 are the byte-wise path
+    (words=False) they were tuned for."""
 
-    version: int = 2
+    version: int = 3
     q6: int = 1  # as GemvConfig.q6
     pdl: bool = False  # as GemvConfig.pdl
     acc: int = 2  # as GemvConfig.acc
     num_stages: int | None = None  # as GemvConfig.num_stages
     bn_scale: int = 1  # rows per program x this (x loads and unpack setup shared by more rows)
     num_warps: int | None = None  # override the heuristic's warps
+    words: bool | None = None  # as GemvConfig.words; None = the path the heuristic was tuned for (v3: words)
+
+
+def tile_key(ws: Sequence[QWeight], swiglu: bool = False) -> str:
+    """The key of a launch in a TileTable: matrix types and shapes, and whether it is a SwiGLU pair."""
+    mats = "+".join(f"{w.qtype.name}:{w.rows}x{w.cols}" for w in ws)
+    return mats + (":swiglu" if swiglu else "")
+
+
+@dataclass(frozen=True)
+class TileTable:
+    """Measured tiles per launch shape (bench/gemv_sweep.py writes them): the entry for a launch's
+    tile_key, else `fallback`. Entries are (key, GemvConfig) pairs, so the table is hashable."""
+
+    entries: tuple[tuple[str, GemvConfig], ...] = ()
+    fallback: AutoTile = AutoTile(3, words=True)
+
+    @classmethod
+    def from_dict(cls, table: dict, fallback: AutoTile | None = None) -> "TileTable":
+        """{key: {block_n, block_b, num_warps, words, ...}} (the sweep's JSON) -> TileTable."""
+        entries = tuple((k, GemvConfig(**v)) for k, v in sorted(table.items()))
+        return cls(entries, fallback or AutoTile(3, words=True))
+
+    def lookup(self, ws: Sequence[QWeight], swiglu: bool = False) -> GemvConfig | AutoTile:
+        return dict(self.entries).get(tile_key(ws, swiglu), self.fallback)
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -459,26 +500,65 @@ def auto_config_v2(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvC
     return GemvConfig(bn, bb, max(4, min(8, tile_bytes // 512)))
 
 
-def resolve_config(config: GemvConfig | AutoTile | None, ws: Sequence[QWeight], device,
+WORDS_STEP_BYTES = 4 << 10  # weight bytes one program loads per K-step on the words path
+
+
+def auto_config_v3(ws: Sequence[QWeight], device, swiglu: bool = False) -> GemvConfig:
+    """Tile heuristic for the words path: v1's rows per program (>= 2 programs per SM), then the
+    largest BB <= 8 that every matrix can take (words_fit) with at most WORDS_STEP_BYTES per step;
+    4 warps (the words tiles hold a quarter of the registers of the byte-wise ones)."""
+    n_sm = sm_count(device)
+    rows = ws[0].rows if swiglu else sum(w.rows for w in ws)
+    bn = _rows_per_program(rows, n_sm)
+    block_bytes = max((BLOCK[w.qtype][1] if w.is_block else 256 * w.data.element_size()) for w in ws)
+    bb = 8
+    while bb > 2 and (bn * bb * block_bytes > WORDS_STEP_BYTES or not all(words_fit(w, bb) for w in ws)):
+        bb //= 2
+    return GemvConfig(bn, bb, 4, words=True)
+
+
+def resolve_config(config: GemvConfig | AutoTile | TileTable | None, ws: Sequence[QWeight], device,
                    swiglu: bool = False) -> GemvConfig:
     """The concrete tile of one launch: AutoTile picks it from the shapes (the interpreter on CPU
     always gets INTERPRETER_CONFIG: few programs)."""
     device = torch.device(device)
     if config is None:
         config = AutoTile()
+    if isinstance(config, TileTable):
+        config = config.lookup(ws, swiglu) if device.type != "cpu" else config.fallback
     if isinstance(config, AutoTile):
-        if device.type == "cpu":
-            return INTERPRETER_CONFIG
-        tile = (auto_config if config.version == 1 else auto_config_v2)(ws, device, swiglu)
+        if device.type == "cpu":  # the words path needs whole block pairs per step (Q6_K)
+            words = config.version == 3 if config.words is None else config.words
+            return replace(INTERPRETER_CONFIG, block_b=2 if words else 1, words=words)
+        heuristic = {1: auto_config, 2: auto_config_v2, 3: auto_config_v3}[config.version]
+        tile = heuristic(ws, device, swiglu)
+        words = config.version == 3 if config.words is None else config.words
         return GemvConfig(tile.block_n * config.bn_scale, tile.block_b, config.num_warps or tile.num_warps,
-                          config.q6, config.pdl, config.acc, config.num_stages)
+                          config.q6, config.pdl, config.acc, config.num_stages, words)
     return config
+
+
+WORDS_TYPES = (GGMLType.Q4_K, GGMLType.Q6_K)
+
+
+def words_fit(w: QWeight, bb: int) -> bool:
+    """Whether the words path can read this matrix with BB blocks per step: whole steps, word-aligned
+    rows (Q4_K: 16-byte aligned, so the payload loads as 16-byte vectors), whole 420-byte block
+    pairs for Q6_K. Other types keep the byte-wise path in the same launch."""
+    if w.qtype not in WORDS_TYPES:
+        return True
+    nblk = w.cols // 256
+    align = 16 if w.qtype == GGMLType.Q4_K else 4
+    aligned = w.row_bytes % align == 0 and w.data.data_ptr() % align == 0 and w.data.stride(0) == w.row_bytes
+    pairs = w.qtype != GGMLType.Q6_K or bb % 2 == 0
+    return aligned and pairs and nblk % bb == 0
 
 
 def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config):
     cfg = resolve_config(config, ws, x.device, swiglu)
     bn = cfg.block_n
     bb = cfg.block_b
+    words = cfg.words and any(w.qtype in WORDS_TYPES for w in ws) and all(words_fit(w, bb) for w in ws)
     kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
     pdl, pdl_kw = pdl_launch(cfg.pdl, x.device, "gemv")
     if cfg.num_stages is not None:
@@ -507,7 +587,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
         **pdl_kw,
     )
     return out
@@ -524,7 +604,7 @@ def _check_vec(name, t, n, device):
 def gemv(x: torch.Tensor, weights: Sequence[QWeight], out: torch.Tensor | None = None, *,
          norm_weight: torch.Tensor | None = None, eps: float = 1e-6, residual: torch.Tensor | None = None,
          conv_state: torch.Tensor | None = None, conv_weight: torch.Tensor | None = None,
-         swiglu: bool = False, config: GemvConfig | AutoTile | None = None) -> torch.Tensor:
+         swiglu: bool = False, config: GemvConfig | AutoTile | TileTable | None = None) -> torch.Tensor:
     """out = concat_i(W_i x_n) with x_n = RMSNorm(x; norm_weight) if norm_weight is given.
 
     - residual: out = residual + W x (single matrix; residual may be `out` itself).
