@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +65,32 @@ def chunks(tensors: list[TensorSpec], spec: synth_init.InitSpec) -> list[Chunk]:
         rows, cols = t.shape[0], int(np.prod(t.shape[1:]))
         step = synth_init.rows_per_chunk(t.shape, spec.orbit)
         out += [Chunk(t, k, (min(rows, (k + 1) * step) - k * step) * cols) for k in range(n)]
+    return out
+
+
+def runs(chunks: list[Chunk], grouped: Callable[[Chunk], bool], cap: int) -> list[int]:
+    """Lengths of the consecutive runs of `chunks` that the consumer takes at once.
+
+    A grouped chunk (quantized by the consumer) opens a run that takes the following grouped
+    chunks of its type while their weights fit in `cap`, carrying along the worker-made chunks
+    in between; any other chunk is a run of its own.  Why: the GPU quantizer costs thousands
+    of kernel launches per call whatever its size, so one call per chunk would make launches
+    the bottleneck; and every ggml block is quantized on its own, so concatenating the blocks
+    of several chunks (of several tensors, of any row length) gives the same bytes."""
+    out, i = [], 0
+    while i < len(chunks):
+        first, j = chunks[i], i + 1
+        if grouped(first):
+            weights = first.n_elems
+            while j < len(chunks):
+                c = chunks[j]
+                if grouped(c):
+                    if c.spec.type != first.spec.type or weights + c.n_elems > cap:
+                        break
+                    weights += c.n_elems
+                j += 1
+        out.append(j - i)
+        i = j
     return out
 
 
@@ -123,7 +149,7 @@ class ChunkStream:
         self._local = threading.local()
         self._group_weights = gpu_group_weights(device) if self.gpu else MAX_GPU_GROUP_WEIGHTS
         self._chunks = chunks(tensors, spec)
-        self._taken = 0
+        self._runs = deque(runs(self._chunks, self._in_group, self._group_weights))
         self._ready: deque[tuple[Chunk, np.ndarray]] = deque()
         self._results = ordered_map(
             self._make, self._chunks, workers=workers, cost=lambda c: c.fp32_nbytes,
@@ -164,32 +190,15 @@ class ChunkStream:
         t0 = time.perf_counter()
         c, made = next(self._results)
         self.timings.wait += time.perf_counter() - t0
-        self._taken += 1
         return c, made
 
-    def _upcoming(self) -> Chunk | None:
-        return self._chunks[self._taken] if self._taken < len(self._chunks) else None
-
     def _refill(self) -> None:
-        """Take the next chunk, and with it the following GPU chunks of its type, quantized in one call.
-
-        The GPU quantizer costs thousands of kernel launches per call whatever its size, so
-        one call per chunk would make the launches the bottleneck.  Every ggml block is
-        quantized on its own, so concatenating blocks of several chunks (of several tensors,
-        even of different row lengths) gives the same bytes.  CPU-made chunks in between
-        are carried along in order."""
-        taken = [self._take()]
-        kind = taken[0][0].spec.type if self._in_group(taken[0][0]) else None
-        if kind is not None:
-            weights = taken[0][0].n_elems
-            while (nxt := self._upcoming()) is not None:
-                if self._in_group(nxt) and (nxt.spec.type != kind or weights + nxt.n_elems > self._group_weights):
-                    break
-                taken.append(self._take())
-                weights += nxt.n_elems if self._in_group(nxt) else 0
+        """Take the next run of chunks (see `runs`) and quantize its grouped ones in one call."""
+        taken = [self._take() for _ in range(self._runs.popleft())]
         group = [made for c, made in taken if isinstance(made, torch.Tensor)]
         if group:
             t0 = time.perf_counter()
+            kind = taken[0][0].spec.type
             if self.gpu:
                 stream = torch.cuda.current_stream(group[0].device)
                 for m in group:
