@@ -78,3 +78,18 @@ def test_uses_basis_names_exactly_the_tensors_built_on_orthonormal_bases(monkeyp
         calls.clear()
         list(I.generate(name, shape, cfg, 0))
         assert bool(calls) == I.uses_basis(name, cfg), name
+
+
+def test_runs_group_same_type_chunks_up_to_the_cap_and_carry_cpu_chunks_along():
+    from runtime.gguf.types import GGMLType as T
+    from runtime.gguf.writer import TensorSpec
+    from runtime.synth.stream import PASSTHROUGH, Chunk, runs
+
+    def c(ttype, n):
+        return Chunk(TensorSpec("x", (n,), ttype, 0), 0, n)
+
+    seq = [c(T.F32, 1), c(T.Q4_K, 4), c(T.F32, 1), c(T.Q4_K, 4), c(T.Q4_K, 4), c(T.Q6_K, 2), c(T.Q4_K, 2)]
+    grouped = lambda ch: ch.spec.type not in PASSTHROUGH  # noqa: E731
+    assert runs(seq, grouped, cap=8) == [1, 3, 1, 1, 1]  # F32 | Q4 F32 Q4 (cap) | Q4 | Q6 | Q4
+    assert runs(seq, grouped, cap=100) == [1, 4, 1, 1]
+    assert runs(seq, lambda ch: False, cap=100) == [1] * len(seq)
