@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -28,14 +29,19 @@ def cmd_synth(args) -> int:
         plan = make_plan(args.shape, args.quant, args.seed)
     except ValueError as e:
         return _err(str(e))
+    if args.workers < 1:
+        return _err("--workers must be at least 1")
+    if args.max_inflight_gb <= 0:
+        return _err("--max-inflight-gb must be positive")
     total = sum(t.nbytes for t in plan.tensors)
     show = args.shape in BIG_SHAPES and sys.stderr.isatty() and not args.quiet
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), disable=not show, transient=True) as prog:
-        task = prog.add_task(f"synth {args.shape} {args.quant}", total=total)
+        task = prog.add_task(f"synth {args.shape} {args.quant} ({args.workers} workers)", total=total)
         try:
             res = synthesize(args.shape, args.quant, args.seed, out, device=args.device,
-                             on_tensor=lambda t: prog.advance(task, t.nbytes))
+                             on_tensor=lambda t: prog.advance(task, t.nbytes), workers=args.workers,
+                             inflight_bytes=int(args.max_inflight_gb * (1 << 30)))
         except (ValueError, RuntimeError, OSError) as e:
             return _err(str(e))
     print(f"wrote {res.path}  {res.nbytes:,} bytes  sha256 {res.sha256}")
@@ -120,7 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--report", action="store_true", help="print the behaviour statistics of the written file")
     s.add_argument("--report-prompts", type=int, default=4)
     s.add_argument("--device", default="cpu", help="cpu or cuda (quantization and the report's forward)")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="threads that make tensors ahead of the writer (default: one per CPU); the file is the same for any number")
+    s.add_argument("--max-inflight-gb", type=float, default=4.0,
+                   help="fp32 gigabytes of tensors made ahead of the writer at most (default 4)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_synth)
     i = sub.add_parser("info", help="describe a qwen35 GGUF")
     i.add_argument("model")

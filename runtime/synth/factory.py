@@ -1,10 +1,12 @@
 """Synthesise a qwen35 GGUF: plan → metadata + vocabulary → stream every tensor through
-init → quantize → write.  Same (shape, quant, seed) → same bytes."""
+init → quantize → write (stream.py makes the chunks on a thread pool, in file order).
+Same (shape, quant, seed) → same bytes, whatever the number of workers."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,9 @@ from ..config import ARCH, ModelConfig, shape as named_shape
 from ..gguf.types import GGMLType
 from ..gguf.writer import MetaValue, TensorSpec, file_sha256, planned_file_nbytes, write_gguf
 from . import init as synth_init
+from .encode import quantize_rows  # noqa: F401  (re-exported: report.py uses it)
 from .plan import FILE_TYPE, QUANTS, plan
+from .stream import ChunkStream
 from .vocab import Vocab, build_vocab
 
 QUANTIZATION_VERSION = 2
@@ -74,28 +78,6 @@ def metadata(cfg: ModelConfig, quant: str, vocab: Vocab, seed: int, n_params: in
     ]
 
 
-def quantize_rows(x: torch.Tensor, ttype: GGMLType, device: str = "cpu") -> np.ndarray:
-    """fp32 rows [n, cols] → the raw bytes of `ttype` as a numpy array."""
-    if ttype == GGMLType.F32:
-        return x.contiguous().numpy()
-    if ttype == GGMLType.F16:
-        return x.half().numpy()
-    if ttype == GGMLType.BF16:
-        return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-    try:
-        from ..quant.quantize import quantize
-    except ImportError:
-        quantize = None
-    if quantize is not None:
-        out = quantize(x.to(device), ttype)
-        return out.cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
-    if ttype == GGMLType.Q8_0:  # until runtime.quant.quantize lands
-        import gguf.quants
-
-        return gguf.quants.quantize(x.numpy(), gguf.GGMLQuantizationType.Q8_0)
-    raise RuntimeError(f"no quantizer for {ttype.name}: runtime.quant.quantize is not available")
-
-
 @dataclass(frozen=True)
 class SynthPlan:
     cfg: ModelConfig
@@ -121,12 +103,20 @@ def make_plan(shape: str | ModelConfig, quant: str, seed: int = 0) -> SynthPlan:
     return SynthPlan(cfg, quant, seed, tensors, metadata(cfg, quant, build_vocab(cfg.vocab_size), seed, n_params))
 
 
+DEFAULT_INFLIGHT_BYTES = 4 << 30  # fp32 bytes of chunks made ahead of the writer
+
+
+def default_workers() -> int:
+    return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class SynthResult:
     path: Path
     nbytes: int
     sha256: str
     plan: SynthPlan
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage (see stream.Timings)
 
 
 def synthesize(
@@ -138,17 +128,27 @@ def synthesize(
     device: str = "cpu",
     spec: synth_init.InitSpec = synth_init.DEFAULT,
     on_tensor: Callable[[TensorSpec], None] | None = None,
+    workers: int | None = None,
+    inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
 ) -> SynthResult:
-    """Write the synthetic model to `out` and return its size and sha256."""
+    """Write the synthetic model to `out` and return its size and sha256.
+
+    `workers` threads (default: one per CPU) make tensors ahead of the writer, holding at
+    most about `inflight_bytes` of them; neither changes a byte of the file."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but torch sees no CUDA device")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    t0 = time.perf_counter()
     p = make_plan(shape, quant, seed)
-    cfg = p.cfg
-
-    def produce(t: TensorSpec):
-        for chunk in synth_init.generate(t.name, t.shape, cfg, seed, spec):
-            rows = chunk.reshape(-1, t.shape[-1]) if len(t.shape) > 1 else chunk.reshape(-1)
-            yield quantize_rows(rows.float(), t.type, device)
-
-    path = write_gguf(out, ARCH, p.metadata, p.tensors, produce, on_tensor=on_tensor)
-    return SynthResult(path, path.stat().st_size, file_sha256(path), p)
+    stream = ChunkStream(p.tensors, p.cfg, seed, spec, device, workers=workers, inflight_bytes=inflight_bytes)
+    try:
+        path = write_gguf(out, ARCH, p.metadata, p.tensors, stream.pieces, on_tensor=on_tensor)
+    finally:
+        stream.close()
+    t_written = time.perf_counter()
+    sha = file_sha256(path)
+    timings = {**stream.timings.as_dict(), "write_total": round(t_written - t0, 3),
+               "sha256": round(time.perf_counter() - t_written, 3)}
+    return SynthResult(path, path.stat().st_size, sha, p, timings)

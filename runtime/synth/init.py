@@ -210,22 +210,55 @@ def rows_per_chunk(shape: tuple[int, ...], orbit: int) -> int:
     return max(orbit, r - r % orbit)
 
 
-def generate(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, spec: InitSpec = DEFAULT) -> Iterator[torch.Tensor]:
-    """The fp32 values of tensor `name`, as consecutive row chunks (a 1-D tensor in one piece)."""
-    if name in ("token_embd.weight", "output.weight"):
+def _is_embedding(name: str) -> bool:
+    return name in ("token_embd.weight", "output.weight")
+
+
+def chunk_count(name: str, shape: tuple[int, ...], spec: InitSpec = DEFAULT) -> int:
+    """How many row chunks `generate` yields for `name` (each one can be made on its own)."""
+    if not _is_embedding(name):
+        return 1
+    return -(-shape[0] // rows_per_chunk(shape, spec.orbit))
+
+
+def generate_chunk(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, spec: InitSpec, index: int) -> torch.Tensor:
+    """Chunk `index` of `generate(name, …)`: a pure function of (seed, name, index)."""
+    if _is_embedding(name):
         step = rows_per_chunk(shape, spec.orbit)
-        for s in range(0, shape[0], step):
-            e = embedding_rows(cfg, seed, spec, s, min(s + step, shape[0]))
-            if name == "output.weight":
-                e = e + randn(seed, f"output:{s}", *e.shape) * spec.untied_noise
-            yield e
-        return
+        s = index * step
+        e = embedding_rows(cfg, seed, spec, s, min(s + step, shape[0]))
+        if name == "output.weight":
+            e = e + randn(seed, f"output:{s}", *e.shape) * spec.untied_noise
+        return e
+    assert index == 0, f"{name} is made in one piece"
     if name == "output_norm.weight":
-        yield torch.full(shape, gains(cfg, spec).final)
-        return
+        return torch.full(shape, gains(cfg, spec).final)
     layer = int(name.split(".")[1])
     leaf = name.split(".", 2)[2]
-    yield _layer_tensor(layer, leaf, shape, cfg, seed, spec)
+    return _layer_tensor(layer, leaf, shape, cfg, seed, spec)
+
+
+def generate(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, spec: InitSpec = DEFAULT) -> Iterator[torch.Tensor]:
+    """The fp32 values of tensor `name`, as consecutive row chunks (a 1-D tensor in one piece)."""
+    for index in range(chunk_count(name, shape, spec)):
+        yield generate_chunk(name, shape, cfg, seed, spec, index)
+
+
+def uses_basis(name: str, cfg: ModelConfig) -> bool:
+    """Whether `name` is built from an `orthonormal` basis.
+
+    LAPACK's QR result depends on the number of intra-op threads (measured: 1 and 2 threads
+    give different 4096x4096 bases), so these tensors must be made at the caller's thread
+    count to keep the bytes of earlier files; the parallel factory makes them up front."""
+    if not name.startswith("blk."):
+        return False
+    i, leaf = int(name.split(".")[1]), name.split(".", 2)[2]
+    r = roles(cfg)
+    if i == r["bigram_ffn"] and leaf in ("ffn_up.weight", "ffn_down.weight"):
+        return True
+    if i in (r["recent_gdn"], r["field_gdn"]) and leaf in ("attn_qkv.weight", "ssm_out.weight"):
+        return True
+    return i == r["offset_attn"] and leaf in ("attn_v.weight", "attn_output.weight")
 
 
 def _layer_tensor(i: int, leaf: str, shape, cfg: ModelConfig, seed: int, spec: InitSpec) -> torch.Tensor:
@@ -306,11 +339,14 @@ def _ema_gdn(i, leaf, shape, cfg: ModelConfig, seed, spec, decay, *, tap, gain, 
     rms = gains(cfg, spec).rms_in[i]
     beta = min(0.5, (1 - decay) / 2)
     lam = decay / (1 - beta)
-    vb = orthonormal(seed, f"blk.{i}.gdn_vbasis", max(cv, d), min(cv, d))
-    vb = vb if cv >= d else vb.T  # [cv, d]
+
+    def value_basis() -> torch.Tensor:  # [cv, d]; only the two tensors that use it pay for the QR
+        vb = orthonormal(seed, f"blk.{i}.gdn_vbasis", max(cv, d), min(cv, d))
+        return vb if cv >= d else vb.T
+
     if leaf == "attn_qkv.weight":
         qk = _const_rows(2 * ck, 1.0, cfg, seed, key + ":qk", spec, rms)
-        v = vb.clone() * (0.1 / rms)  # small: SiLU after the conv stays close to linear
+        v = value_basis().clone() * (0.1 / rms)  # small: SiLU after the conv stays close to linear
         v[:, BIAS] = 0
         return torch.cat([qk, v])
     if leaf == "ssm_conv1d.weight":
@@ -333,7 +369,7 @@ def _ema_gdn(i, leaf, shape, cfg: ModelConfig, seed, spec, decay, *, tap, gain, 
     if leaf == "ssm_out.weight":
         # y per head ≈ RMS-normalised m times silu(3): rms per channel silu(3).
         silu_z = 3.0 / (1 + math.exp(-3.0))
-        w = vb.T.clone() * (gain * math.sqrt(d / cv) / silu_z)  # [d, cv]: output rms = gain
+        w = value_basis().T.clone() * (gain * math.sqrt(d / cv) / silu_z)  # [d, cv]: output rms = gain
         if rotate:
             w = orthonormal(seed, f"blk.{i}.field_rotation", d, d) @ w
         w[BIAS, :] = 0

@@ -35,3 +35,14 @@ def test_clear_errors(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["synth", "--shape", "70b", "--quant", "f32", "-o", "x.gguf"])
+
+
+def test_synth_workers_flag_changes_no_byte(tmp_path, capsys):
+    shas = []
+    for n in ("1", "3"):
+        assert main(["synth", "--shape", "tiny", "--quant", "q8_0", "-o", str(tmp_path / f"{n}.gguf"),
+                     "--workers", n, "--max-inflight-gb", "0.01", "--quiet"]) == 0
+        shas.append(capsys.readouterr().out.split("sha256")[1].strip())
+    assert shas[0] == shas[1]
+    assert main(["synth", "--shape", "tiny", "--quant", "f32", "-o", str(tmp_path / "x.gguf"), "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
