@@ -431,10 +431,8 @@ def engine_variants(eng, model, max_ctx: int, names: list[str], runs: int) -> di
     from runtime.triton.engine import TritonEngine
 
     options = engine_variant_options(model.config.name)
-    unknown = [n for n in names if n not in options]
-    if unknown:
-        raise ValueError(f"unknown engine variants {unknown}; known: {sorted(options)}")
-    out = {}
+    out = {n: {"tok_s": None, "reason": "no --tile-table for this model"} for n in names if n not in options}
+    names = [n for n in names if n in options]
     ref_ids = None
     for name in ["default"] + [n for n in names if n != "default"]:
         opts = options[name]
