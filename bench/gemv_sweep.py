@@ -30,15 +30,24 @@ import torch  # noqa: E402
 from runtime.kernels.gemv import AutoTile, GemvConfig, tile_key  # noqa: E402
 from runtime.kernels.gemv.kernel import resolve_config, words_fit  # noqa: E402
 
-WORD_TILES = [(4, 2, 4), (8, 2, 4), (16, 2, 4), (32, 2, 4), (8, 4, 4), (16, 4, 8), (32, 2, 8), (64, 2, 8),
-              (4, 8, 4), (2, 8, 4)]
+DEFAULT_CONFIGS = ("bytes_v2,words_v3,bytes_8x2w4,bytes_4x4w4,bytes_16x2w8,bytes_2x8w4,words_32x2w4,words_16x2w2,"
+                   "words_32x2w2,words_16x2w1,words_32x4w4,words_64x4w8,words_8x2w1")
 
 
-def configs() -> dict:
-    out = {"bytes_v2": AutoTile(2), "words_v3": AutoTile(3, words=True)}
-    for bn, bb, nw in WORD_TILES:
-        out[f"words_{bn}x{bb}w{nw}"] = GemvConfig(bn, bb, nw, words=True)
-    return out
+def config(name: str):
+    """bytes_v2 / words_v3 = the AutoTile heuristics; {bytes|words}_<BN>x<BB>w<warps> = an explicit tile."""
+    autos = {"bytes_v2": AutoTile(2, words=False), "words_v3": AutoTile(3, words=True)}
+    if name in autos:
+        return autos[name]
+    path, _, tile = name.partition("_")
+    try:
+        bn, rest = tile.split("x")
+        bb, nw = rest.split("w")
+        if path not in ("bytes", "words"):
+            raise ValueError(path)
+        return GemvConfig(int(bn), int(bb), int(nw), words=path == "words")
+    except ValueError:
+        raise ValueError(f"bad config name {name!r}: bytes_v2, words_v3 or {{bytes|words}}_<BN>x<BB>w<warps>") from None
 
 
 def record_calls(eng) -> list[tuple]:
@@ -125,7 +134,7 @@ def sweep(eng, names: list[str], reps: int) -> dict:
     groups: dict[str, list] = {}
     for c in calls:
         groups.setdefault(tile_key(c[1], c[3].get("swiglu", False)), []).append(c)
-    cfgs = configs()
+    cfgs = {n: config(n) for n in names}
     out = {}
     for key, gcalls in groups.items():
         ws0, kw0 = gcalls[0][1], gcalls[0][3]
@@ -166,8 +175,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", required=True, type=Path)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / ".cache" / "bench-out"))
-    ap.add_argument("--configs", default=",".join(configs()), help="comma list of config names")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma list of config names (see config())")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--copy-to", type=Path, default=None)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/gemv_sweep.py needs a CUDA device", file=sys.stderr)
@@ -176,9 +186,10 @@ def main(argv=None) -> int:
     from runtime.triton.engine import TritonEngine
 
     names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in configs()]
-    if unknown:
-        ap.error(f"unknown configs {unknown}; known: {', '.join(configs())}")
+    try:
+        [config(n) for n in names]
+    except ValueError as e:
+        ap.error(str(e))
     t0 = time.perf_counter()
     model = load_gguf(args.gguf)
     eng = TritonEngine(model, "cuda", 512, use_graph=False)
@@ -190,6 +201,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"gemv-sweep-{model.config.name}.json"
     path.write_text(json.dumps(res, indent=1))
+    if args.copy_to:  # a second copy outside $OUT (the next call on a warm machine can read it)
+        args.copy_to.mkdir(parents=True, exist_ok=True)
+        (args.copy_to / path.name).write_text(path.read_text())
     print(f"\nsweep: {path} ({res['seconds']} s)")
     for key, g in groups.items():
         by = {r["name"]: r for r in g["results"]}

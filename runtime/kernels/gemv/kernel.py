@@ -385,7 +385,7 @@ class AutoTile:
     version 3 = the words path's (auto_config_v3). Versions 1 and 2 are the byte-wise path
     (words=False) they were tuned for."""
 
-    version: int = 3
+    version: int = 2
     q6: int = 1  # as GemvConfig.q6
     pdl: bool = False  # as GemvConfig.pdl
     acc: int = 2  # as GemvConfig.acc
@@ -407,13 +407,13 @@ class TileTable:
     tile_key, else `fallback`. Entries are (key, GemvConfig) pairs, so the table is hashable."""
 
     entries: tuple[tuple[str, GemvConfig], ...] = ()
-    fallback: AutoTile = AutoTile(3, words=True)
+    fallback: AutoTile = AutoTile(2, words=False)
 
     @classmethod
     def from_dict(cls, table: dict, fallback: AutoTile | None = None) -> "TileTable":
         """{key: {block_n, block_b, num_warps, words, ...}} (the sweep's JSON) -> TileTable."""
         entries = tuple((k, GemvConfig(**v)) for k, v in sorted(table.items()))
-        return cls(entries, fallback or AutoTile(3, words=True))
+        return cls(entries, fallback or AutoTile(2, words=False))
 
     def lookup(self, ws: Sequence[QWeight], swiglu: bool = False) -> GemvConfig | AutoTile:
         return dict(self.entries).get(tile_key(ws, swiglu), self.fallback)
