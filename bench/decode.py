@@ -87,6 +87,10 @@ def environment() -> dict:
     import triton
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    if os.environ.get("TOKENGATE_COMMIT"):  # the coordinator's word wins: the device copy's .git can hold a
+        # stale HEAD (seen 2026-12-01: HEAD 5890a1a while the tree sent was 7067b94)
+        env["git_commit"], env["git_commit_source"] = os.environ["TOKENGATE_COMMIT"], "env TOKENGATE_COMMIT"
+        return _gpu_env(env)
     try:
         env["git_commit"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
                                                     stderr=subprocess.DEVNULL).strip()
@@ -96,6 +100,10 @@ def environment() -> dict:
         env["git_commit_source"] = "env TOKENGATE_COMMIT" if env["git_commit"] else None
         if env["git_commit"] is None:
             env["git_commit_reason"] = f"no git ({_err(e)}) and TOKENGATE_COMMIT unset"
+    return _gpu_env(env)
+
+
+def _gpu_env(env: dict) -> dict:
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_mem_bytes=p.total_memory)

@@ -103,8 +103,11 @@ def _env() -> dict:
     import triton
 
     info = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
-    info["commit"] = None
-    if (ROOT / ".git").exists():
+    info["commit"] = os.environ.get("TOKENGATE_COMMIT") or None  # the coordinator's word wins: the device
+    # copy's .git can hold a stale HEAD (seen 2026-12-01: HEAD 5890a1a while the tree sent was 7067b94)
+    if info["commit"]:
+        info["commit_source"] = "env TOKENGATE_COMMIT"
+    elif (ROOT / ".git").exists():
         try:
             r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                                timeout=10)

@@ -135,6 +135,10 @@ def record_decode_launches(cfg: ModelConfig, *, n_sm: int = 132, max_context: in
     from .decode import DecodeBuffers, DecodeState, DecodeStep
 
     gemv_kernel.set_sm_count(META, n_sm)
+    if "gemv_config" not in step_options:  # what the engine launches on sm_90 (runtime/kernels/gemv/tiles.py)
+        from ..kernels.gemv.tiles import sm90_table
+
+        step_options["gemv_config"] = sm90_table()
     w = meta_weights(cfg, mix)
     state = DecodeState(cfg, max_context, META)
     bufs = DecodeBuffers(cfg, max_context, META, default_n_split(max_context, cfg.n_kv_head, n_sm))
@@ -264,7 +268,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description="Record the decode step's launches and compile them for sm_90 "
                                              "without a GPU (TRITON_INTERPRET must be unset).")
-    ap.add_argument("--shapes", default="tiny,0.8b,9b")
+    ap.add_argument("--shapes", default="tiny,0.8b,4b,9b")
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--json", action="store_true", help="print one JSON summary line")
@@ -285,6 +289,7 @@ def main(argv=None) -> int:
 
         shape = args.shapes.split(",")[0]
         for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True},
+                     {"gemv_config": AutoTile(2)}, {"gemv_config": AutoTile(3)},
                      {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
                      {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}):
             for launch in record_decode_launches(SHAPES[shape], **opts):

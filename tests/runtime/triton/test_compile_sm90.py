@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-SHAPES = "0.8b,9b"
+SHAPES = "0.8b,4b,9b"
 
 
 PREFILL_ONLY_PACKAGES = ["attn_prep", "flash_attn", "gated_norm", "gdn_chunk", "gdn_conv", "qgemm", "rmsnorm"]
