@@ -68,7 +68,7 @@ def add_arguments_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", default=None, help="repository (default: this one)")
     p.add_argument("--ref", default="HEAD", help="the revision measured against itself")
     p.add_argument("--runs", type=int, default=20,
-                   help="A/A evaluations to record (each adds >= 1 process-pair delta per gate; the quick "
+                   help="A/A evaluations to record (each adds its first process pair's delta per gate; the quick "
                         "profile's 4 gates need 16 for the default false-significance rate)")
     add_common(p)
 

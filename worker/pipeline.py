@@ -32,7 +32,7 @@ from .harness.client import RevisionFault, RevisionProcess
 from .noise import GateNull, gate_null
 from .paths import cache_dir
 from .records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
-from .stats import beyond_floor, compare_pairs, mann_whitney_p, significant
+from .stats import beyond_floor, compare_pairs, mann_whitney_p, pair_delta, significant
 
 HARNESS_VERSION = "1.0"
 Progress = Callable[..., None]
@@ -347,8 +347,6 @@ class Evaluation:
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
-        from .stats import pair_delta
-
         return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps]
 
     def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
@@ -472,11 +470,14 @@ class Evaluation:
         return u
 
     def record_pair_deltas(self, spec: ModelSpec, out: ModelOutcome, sha: str | None = None) -> None:
-        """Every process pair of an A/A measurement is one independent draw of each gate's null."""
+        """The first process pair of an A/A measurement: one independent draw of each gate's null.
+
+        Only the first: whether confirming pairs ran depends on the first pair's value, and the
+        bound in worker/noise.py wants draws that were taken whatever the earlier ones were.
+        """
         protocol = self.protocol_key(spec.name)
         for gate, deltas in out.pair_deltas.items():
-            for d in deltas:
-                self.store.add_pair_delta(self.host, self.job.profile, protocol, spec.name, gate, d, sha=sha)
+            self.store.add_pair_delta(self.host, self.job.profile, protocol, spec.name, gate, deltas[0], sha=sha)
 
     def _record_aa(self, spec: ModelSpec, out: ModelOutcome, scores) -> None:
         self.record_pair_deltas(spec, out, sha=self.job.base_sha)

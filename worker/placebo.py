@@ -38,6 +38,7 @@ class PlaceboReport:
     pairs_needed: dict[str, int] = field(default_factory=dict)
     bounds: dict[str, float | None] = field(default_factory=dict)
     process_pairs: list[int] = field(default_factory=list)  # per placebo evaluation
+    calibrate: int = 0  # the first `calibrate` deltas of each gate are the calibration pairs
 
     @property
     def false_tiers(self) -> int:
@@ -52,7 +53,10 @@ class PlaceboReport:
                          "max_abs": float(a.max()), "floor": floor, "pairs_needed": self.pairs_needed.get(gate),
                          "bound_per_gate": self.bounds.get(gate),
                          # how far the floor sits above the A/A tail seen: > 1 = no pair reached it
-                         "floor_over_p95": floor / float(np.percentile(a, 95)) if floor else None}
+                         "floor_over_p95": floor / float(np.percentile(a, 95)) if floor else None,
+                         # judged pairs beyond the floor; the bound assumes 1/(n+1) (rank 1)
+                         "judged_pairs_beyond": (int(np.sum(a[self.calibrate:] > floor)), len(a) - self.calibrate)
+                         if floor else None}
         return out
 
 
@@ -117,4 +121,5 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                          seconds_per_evaluation=t_eval / max(1, evaluations), deltas=deltas,
                          floors={g: v["floor"] for g, v in nulls.items()},
                          pairs_needed={g: v["pairs"] for g, v in nulls.items()},
-                         bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used)
+                         bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used,
+                         calibrate=calibrate)
