@@ -3,6 +3,10 @@
 A small SQLite file (stdlib sqlite3) under the cache dir, keyed by the measuring host (device
 fingerprint), profile and model. The noise floor of a gate and the guard floors are computed
 from these rows; the bot's database is not involved (the GPU side holds no DB credentials).
+
+Speed rows are *process-pair* deltas (worker/noise.py), also keyed by the measurement protocol
+(reps, clock, tokens...): a floor is only valid for deltas measured the same way. The older
+`gate_delta` table (one row per evaluation, no protocol) is left in place and no longer read.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ CREATE TABLE IF NOT EXISTS gate_delta (
     host TEXT NOT NULL, profile TEXT NOT NULL, model TEXT NOT NULL, gate TEXT NOT NULL,
     delta REAL NOT NULL, sha TEXT, created REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS gate_delta_key ON gate_delta(host, profile, model, gate);
+CREATE TABLE IF NOT EXISTS pair_delta (
+    host TEXT NOT NULL, profile TEXT NOT NULL, protocol TEXT NOT NULL, model TEXT NOT NULL,
+    gate TEXT NOT NULL, delta REAL NOT NULL, sha TEXT, created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS pair_delta_key ON pair_delta(host, profile, protocol, model, gate);
 CREATE TABLE IF NOT EXISTS guard_score (
     host TEXT NOT NULL, profile TEXT NOT NULL, model TEXT NOT NULL, seed INTEGER NOT NULL,
     top1 REAL NOT NULL, kl REAL NOT NULL, sha TEXT, created REAL NOT NULL);
@@ -35,15 +43,19 @@ class AAStore:
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
 
-    def add_gate_delta(self, host: str, profile: str, model: str, gate: str, delta: float, sha: str | None = None):
+    def add_pair_delta(self, host: str, profile: str, protocol: str, model: str, gate: str, delta: float,
+                       sha: str | None = None):
+        """One A/A process pair's log ratio (head/base) for one gate."""
         with closing(self._connect()) as db, db:
-            db.execute("INSERT INTO gate_delta VALUES (?,?,?,?,?,?,?)",
-                       (host, profile, model, gate, float(delta), sha, time.time()))
+            db.execute("INSERT INTO pair_delta VALUES (?,?,?,?,?,?,?,?)",
+                       (host, profile, protocol, model, gate, float(delta), sha, time.time()))
 
-    def gate_deltas(self, host: str, profile: str, model: str, gate: str, limit: int = 200) -> list[float]:
+    def pair_deltas(self, host: str, profile: str, protocol: str, model: str, gate: str,
+                    limit: int = 400) -> list[float]:
         with closing(self._connect()) as db:
-            rows = db.execute("SELECT delta FROM gate_delta WHERE host=? AND profile=? AND model=? AND gate=? "
-                              "ORDER BY created DESC LIMIT ?", (host, profile, model, gate, limit)).fetchall()
+            rows = db.execute("SELECT delta FROM pair_delta WHERE host=? AND profile=? AND protocol=? AND model=? "
+                              "AND gate=? ORDER BY created DESC LIMIT ?",
+                              (host, profile, protocol, model, gate, limit)).fetchall()
         return [r[0] for r in rows]
 
     def add_guard_score(self, host: str, profile: str, model: str, seed: int, top1: float, kl: float,

@@ -111,6 +111,7 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
     sweep = Sweep(gates)
     roles = ("base", "head")
     for r in roles:
+        procs[r].pin()  # they may have loaded on other cores; nothing is timed before this
         procs[r].track_cpu = clock == "oncpu"
     contexts = sorted({g.context for g in gates})
     at = {(g.metric, g.context): g for g in gates}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,6 @@ from .paths import cache_dir
 from .pipeline import Evaluation, Job, evaluate_with_retries
 from .records import EvalResult, Verdict
 from .report import comment_markdown, verdict_table
-from .stats import noise_floor
 
 EXIT = {Verdict.REJECT: 1, Verdict.BUILD_FAILED: 1, Verdict.INFRA: 3}
 
@@ -67,7 +67,9 @@ def add_arguments_demo(p: argparse.ArgumentParser) -> None:
 def add_arguments_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", default=None, help="repository (default: this one)")
     p.add_argument("--ref", default="HEAD", help="the revision measured against itself")
-    p.add_argument("--runs", type=int, default=10, help="A/A evaluations to record (the floor needs >= 10 to be stable)")
+    p.add_argument("--runs", type=int, default=20,
+                   help="A/A evaluations to record (each adds its first process pair's delta per gate; the quick "
+                        "profile's 4 gates need 16 for the default false-significance rate)")
     add_common(p)
 
 
@@ -219,11 +221,11 @@ def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models:
     floors = {}
     for spec in ev.profile.models:
         for gate in spec.gate_names():
-            deltas = store.gate_deltas(host, settings.profile, spec.name, gate)
+            deltas = store.pair_deltas(host, settings.profile, ev.protocol_key(spec.name), spec.name, gate)
+            null = ev._null(spec.name, gate)
             floors[f"{spec.name} {gate}"] = {
-                "n": len(deltas), "floor": noise_floor(deltas, minimum=settings.noise_floor_min,
-                                                        k=settings.noise_fence_k) if deltas else None,
-                "max_abs_delta": max(abs(d) for d in deltas) if deltas else None}
+                "n": len(deltas), "floor": null.floor if null.calibrated else None, "pairs": null.pairs,
+                "bound": null.bound, "max_abs_delta": math.expm1(max(abs(d) for d in deltas)) if deltas else None}
     return {"host": host, "runs": len(done),
             "floors": floors, "store": str(store.path)}
 
@@ -239,11 +241,12 @@ def calibrate_command(args, *, console=None) -> int:
         summary = calibrate(repo, args.ref, settings, runs=args.runs, models=_models(args), device=args.device,
                             progress=progress)
     t = Table(title=f"A/A noise on {summary['host']} ({summary['runs']} runs, {time.monotonic() - t0:.0f} s)")
-    for c in ("gate", "A/A deltas", "max |delta|", "noise floor"):
+    for c in ("gate", "A/A pair deltas", "max |delta|", "noise floor", "pairs that must agree", "P(false) per gate"):
         t.add_column(c)
     for gate, f in summary["floors"].items():
         t.add_row(gate, str(f["n"]), f"{100 * f['max_abs_delta']:.1f}%" if f["max_abs_delta"] is not None else "n/a",
-                  f"{100 * f['floor']:.1f}%" if f["floor"] is not None else "n/a")
+                  f"{100 * f['floor']:.1f}%" if f["floor"] is not None else "n/a (too few)", str(f["pairs"]),
+                  f"{f['bound']:.1e}" if f["bound"] is not None else "no guarantee")
     console.print(t)
     console.print(f"recorded in {summary['store']}")
     out = Path(args.out) if args.out else cache_dir()

@@ -5,6 +5,8 @@ plain data with each job, so the GPU side never reads the bot's environment or s
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Literal
 
@@ -48,7 +50,10 @@ class ProfileSettings(BaseModel):
     backend: str = "auto"  # passed to runtime.load_engine for both revisions
     models: list[ModelSpec]
     decode_tokens: int = Field(16, ge=2)  # greedy steps per decode measurement
-    pairs: int = Field(5, ge=2)  # ABBA pairs per gate
+    pairs: int = Field(5, ge=2)  # ABBA reps per gate in one process pair
+    # Fresh base/head process pairs that must agree before a gate counts as changed (worker/noise.py):
+    # the first pair always runs; more run only while some gate stays beyond its floor in every pair.
+    max_process_pairs: int = Field(4, ge=1)
     warmup: int = Field(1, ge=0)  # untimed rounds per revision before measuring
     # "wall": parent perf_counter around each request (GPU boxes, dedicated). "oncpu": the on-CPU
     # time of the revision's process tree from /proc/<pid>/task/*/schedstat, read by the parent:
@@ -67,8 +72,10 @@ class ProfileSettings(BaseModel):
     load_timeout_s: float = 300.0
     request_timeout_s: float = 120.0
     eval_timeout_s: float = 1800.0
-    # CPU affinity of the revision processes: "last" = one core (the last one this worker may use),
-    # shared by base and head so both meet the same contention; "all" = no pinning; or a list.
+    # CPU affinity of the revision processes while measured: "last" = one core (the last one this
+    # worker may use), shared by base and head so both meet the same contention; "all" = no
+    # pinning; or a list. They start and load on all allowed cores (imports overlap) and are pinned
+    # to this set before anything is timed.
     cpus: Literal["last", "all"] | list[int] = "last"
     memory_limit_bytes: int | None = 16 << 30  # address-space limit (CPU only; CUDA maps huge VA)
 
@@ -90,6 +97,13 @@ class ProfileSettings(BaseModel):
         if bad:
             raise ValueError(f"cpus {sorted(bad)} are not available to this worker (allowed: {allowed})")
         return set(self.cpus)
+
+    def protocol_key(self, model: ModelSpec) -> str:
+        """Names how a gate's deltas are measured: A/A history is only comparable under one key."""
+        fields = self.model_dump(include={"device", "backend", "decode_tokens", "pairs", "warmup", "clock",
+                                          "inner", "cpus"})
+        blob = json.dumps({**fields, "model": model.model_dump(include={"synth", "path"})}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def max_context(self, model: ModelSpec) -> int:
         return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len]) + self.decode_tokens + 8
@@ -113,7 +127,7 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
             _tiny("qwen35-tiny-f32", "f32", 1, "guard"),
         ],
         decode_tokens=6,
-        pairs=5,
+        pairs=4,
         inner=2,
         verify_reps=2,
         seeds=[0, 1, 2],
@@ -173,11 +187,16 @@ class EvalSettings(BaseModel):
     tier_m: float = 0.05
     tier_l: float = 0.15
     tier_xl: float = 0.40
+    # Speed gates (worker/noise.py): the chance that an A/A evaluation (identical revisions) has any
+    # significant gate -- a false REJECT or a false tier -- is at most this, split evenly over the
+    # evaluation's gates. A gate's floor is the `noise_floor_rank`-th largest |A/A pair delta| on
+    # this host; the process pairs that must agree beyond it follow from the history's size.
+    false_significance_rate: float = Field(1e-3, gt=0, lt=1)
+    noise_floor_rank: int = Field(1, ge=1)
     noise_floor_min: float = 0.02  # a change below this is never significant
-    # Used when this host has no A/A record for a gate (said so in the receipt).
+    # Used when this host has too little A/A history for the rate (said so in the receipt).
     noise_floor_uncalibrated: float = 0.10
-    noise_fence_k: float = 3.0  # floor = max(min, Q3 + k * IQR of |A/A deltas|)
-    min_aa_samples: int = Field(5, ge=3)  # fewer recorded A/A deltas than this = uncalibrated
+    min_aa_samples: int = Field(5, ge=3)  # accuracy guards: fewer A/A seed scores than this = uncalibrated
     confidence: float = 0.95  # bootstrap interval level
     bootstrap_resamples: int = 2000
     # Accuracy guards: uncalibrated defaults; A/A calibration replaces them per model.

@@ -15,10 +15,10 @@ import sys
 import time
 import traceback
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager, Iterator
 
 from . import models as model_files
 from . import sandbox, telemetry
@@ -29,9 +29,10 @@ from .config import EvalSettings, ModelSpec, ProfileSettings
 from .faults import EvalFault, classify, infra
 from .guards import GuardBounds, guard_bounds, guard_result, reference_version, score_revisions
 from .harness.client import RevisionFault, RevisionProcess
+from .noise import GateNull, gate_null
 from .paths import cache_dir
 from .records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
-from .stats import compare, mann_whitney_p, noise_floor, significant
+from .stats import beyond_floor, compare_pairs, mann_whitney_p, pair_delta, significant
 
 HARNESS_VERSION = "1.0"
 Progress = Callable[..., None]
@@ -79,6 +80,7 @@ class ModelOutcome:
     guard: GuardResult | None = None
     output_failures: list[str] = field(default_factory=list)
     receipt: dict = field(default_factory=dict)
+    pair_deltas: dict[str, list[float]] = field(default_factory=dict)  # gate → log ratio of each process pair
 
 
 class Evaluation:
@@ -111,6 +113,7 @@ class Evaluation:
         self.secrets = list(secrets or [])
         self.keep_workdir = keep_workdir
         self.host = telemetry.fingerprint(prof.device)
+        self.revs: dict[str, Revision] = {}  # checked-out base and head (fresh process pairs start from them)
 
     def progress(self, event: str, **info) -> None:
         """Report progress; also where the whole-evaluation time limit is enforced."""
@@ -133,7 +136,7 @@ class Evaluation:
             self.workdir.mkdir(parents=True, exist_ok=True)
             git_dir, base, head = checkout_pair(self.job.repo, self.job.base_ref, self.job.head_ref, self.workdir,
                                                 self.job.base_sha, self.job.head_sha)
-            revs = {"base": base, "head": head}
+            revs = self.revs = {"base": base, "head": head}
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
             self.progress("models")
             resolved = [model_files.resolve(spec, self.trusted_root) for spec in self.profile.models]
@@ -193,11 +196,45 @@ class Evaluation:
                       secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
         d = self.workdir / "proc"
+        # Imports and loads overlap on every allowed core; run_sweep pins base and head to the
+        # profile's CPUs before timing anything. The reference is never timed.
         return {
-            "base": RevisionProcess("base", revs["base"].root, d / "base", **common),
-            "head": RevisionProcess("head", revs["head"].root, d / "head", **common),
-            "reference": RevisionProcess("reference", self.trusted_root, d / "reference", **common),
+            "base": RevisionProcess("base", revs["base"].root, d / "base", pin_at_start=False, **common),
+            "head": RevisionProcess("head", revs["head"].root, d / "head", pin_at_start=False, **common),
+            "reference": RevisionProcess("reference", self.trusted_root, d / "reference", pin_at_start=False,
+                                         **common),
         }
+
+    @contextmanager
+    def fresh_pair(self, revs: dict[str, Revision], spec: ModelSpec, path: Path, n: int,
+                   vocab: int | None = None) -> Iterator[dict[str, RevisionProcess]]:
+        """A new base and head process (started and loaded), for process pair `n` of a measurement.
+
+        Odd pairs start and load head first, so any start-order advantage changes sides.
+        """
+        p = self.profile
+        procs = self.make_procs(revs, [path])
+        order = ("base", "head") if n % 2 == 0 else ("head", "base")
+        try:
+            with ExitStack() as stack:
+                for r in order:
+                    procs[r].workdir = self.workdir / "proc" / f"pair{n}" / r
+                    stack.enter_context(procs[r])
+                    procs[r].start(None)
+                for r in order:
+                    hello = procs[r].finish_start(p.load_timeout_s)
+                    if hello.get("protocol") != 1:
+                        raise RevisionFault(r, "start", "protocol", f"runtime.PROTOCOL_VERSION is "
+                                                                    f"{hello.get('protocol')!r}, the harness speaks 1")
+                    procs[r].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
+                                   backend=p.backend)
+                for r in order:
+                    got = procs[r].finish(phase="load", timeout=p.load_timeout_s)[0]["vocab_size"]
+                    if vocab is not None and got != vocab:
+                        raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
+                yield {r: procs[r] for r in ("base", "head")}
+        except RevisionFault as f:
+            raise classify(f, spec.name) from f
 
     def start(self, procs: dict[str, RevisionProcess]) -> None:
         """Spawn all three at once (imports overlap), then collect their hellos."""
@@ -255,7 +292,8 @@ class Evaluation:
             out.receipt["guard_bounds"] = asdict(bounds)
             out.receipt["reference_version"] = ref_version
             if gates:
-                self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id)
+                self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id,
+                             more_pairs=lambda n: self.fresh_pair(self.revs, spec, resolved.path, n, vocab))
                 out.receipt["memory_reported_by_revision"] = {
                     r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
                     for r in ("base", "head")}
@@ -266,23 +304,50 @@ class Evaluation:
         return out
 
     def measure(self, spec: ModelSpec, gates: list[GateSpec], procs: dict[str, RevisionProcess], vocab: int,
-                model_sha: str, out: ModelOutcome, sweep_id: str) -> ModelOutcome:
-        """One A/B measurement of every gate: ABBA sweep, output check, statistics (into `out`)."""
+                model_sha: str, out: ModelOutcome, sweep_id: str,
+                more_pairs: Callable[[int], ContextManager[dict[str, RevisionProcess]]] | None = None) -> ModelOutcome:
+        """One A/B measurement of every gate (into `out`): an ABBA sweep on the given process pair,
+        then sweeps on fresh pairs from `more_pairs` while some gate stays beyond its floor in every
+        pair so far and needs more agreeing pairs (worker/noise.py); output check; statistics."""
         p = self.profile
+        nulls = {g.name: self._null(spec.name, g.name) for g in gates}
         self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
-        sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
-                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
-                          timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+        sweeps = [self._sweep(procs, gates, vocab, model_sha, f"{sweep_id}", spec)]
         self._foreign_gpu_check(procs, "after measuring")
         self.progress("verify", model=spec.name)
-        checks = self._verify(sweep, gates, procs["reference"])
-        out.gates = self._gate_results(spec, gates, sweep, checks, out)
+        checks = [self._verify(sweeps[0], gates, procs["reference"])]
+        while more_pairs is not None:
+            wanted = [nulls[g.name].pairs for g in gates if len(sweeps) < nulls[g.name].pairs
+                      and beyond_floor(self._pair_deltas(sweeps, g.name), nulls[g.name].log_floor)]
+            if not wanted:
+                break
+            self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(wanted))
+            with more_pairs(len(sweeps)) as pair:
+                sweeps.append(self._sweep(pair, gates, vocab, model_sha, f"{sweep_id}/pair{len(sweeps)}", spec))
+                # The first pair and the reference are still alive (and ours).
+                self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
+                                        "after measuring")
+            checks.append(self._verify(sweeps[-1], gates, procs["reference"]))
+        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         out.receipt["clock"] = p.clock
-        out.receipt["samples_tok_s"] = {f"{r}/{g.name}": sweep.values(r, g.name) for g in gates for r in ("base", "head")}
-        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [s.wall_seconds for s in sweep.samples[(r, g.name)]]
-                                       for g in gates for r in ("base", "head")}
-        out.receipt["idle_cpu_s"] = sweep.idle_cpu_s
+        out.receipt["process_pairs"] = len(sweeps)
+        out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
+                                        for g in gates for r in ("base", "head")}
+        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [[s.wall_seconds for s in sw.samples[(r, g.name)]]
+                                                         for sw in sweeps] for g in gates for r in ("base", "head")}
+        out.receipt["idle_cpu_s"] = [sw.idle_cpu_s for sw in sweeps]
         return out
+
+    def _sweep(self, procs: dict[str, RevisionProcess], gates: list[GateSpec], vocab: int, model_sha: str,
+               sweep_id: str, spec: ModelSpec):
+        p = self.profile
+        return run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
+                         pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
+                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+
+    @staticmethod
+    def _pair_deltas(sweeps, gate: str) -> list[float]:
+        return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps]
 
     def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
         p = self.profile
@@ -297,30 +362,39 @@ class Evaluation:
                                             tie_tol=p.output_tie_tol, reps=reps, cache=cache)
                 for g in gates for r in ("base", "head")}
 
-    def _floor(self, model: str, gate: str) -> tuple[float, dict]:
-        s = self.settings
-        deltas = self.store.gate_deltas(self.host, self.job.profile, model, gate)
-        if len(deltas) >= s.min_aa_samples:
-            f = noise_floor(deltas, minimum=s.noise_floor_min, k=s.noise_fence_k)
-            return f, {"floor": f, "calibrated": True, "aa_deltas": len(deltas)}
-        return s.noise_floor_uncalibrated, {
-            "floor": s.noise_floor_uncalibrated, "calibrated": False, "aa_deltas": len(deltas),
-            "reason": f"fewer than {s.min_aa_samples} A/A deltas for this gate on this host; "
-                      "run `tokengate calibrate`"}
+    def gate_count(self) -> int:
+        """Gates of one evaluation (every model's): the false-significance rate is split over them."""
+        return max(1, sum(len(m.gate_names()) for m in self.profile.models))
 
-    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweep, checks: dict,
-                      out: ModelOutcome) -> list[GateResult]:
+    def protocol_key(self, model: str) -> str:
+        return self.profile.protocol_key(next(m for m in self.profile.models if m.name == model))
+
+    def _null(self, model: str, gate: str) -> GateNull:
+        s = self.settings
+        deltas = self.store.pair_deltas(self.host, self.job.profile, self.protocol_key(model), model, gate)
+        return gate_null(deltas, per_gate_rate=s.false_significance_rate / self.gate_count(), rank=s.noise_floor_rank,
+                         minimum=s.noise_floor_min, max_pairs=self.profile.max_process_pairs,
+                         uncalibrated_floor=s.noise_floor_uncalibrated)
+
+    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict,
+                      nulls: dict[str, GateNull], out: ModelOutcome) -> list[GateResult]:
         s, p = self.settings, self.profile
         results, floors, checks_r = [], {}, {}
         for g in gates:
-            b, h = sweep.values("base", g.name), sweep.values("head", g.name)
-            if len(b) != p.pairs or len(h) != p.pairs:
-                raise infra(InfraKind.MISSING_METRIC, f"{spec.name} {g.name}: {len(b)}/{len(h)} samples, "
-                                                      f"expected {p.pairs} pairs")
-            c = compare(b, h, confidence=s.confidence, n_resamples=s.bootstrap_resamples)
-            floor, floors[g.name] = self._floor(spec.name, g.name)
-            floors[g.name]["mann_whitney_p"] = mann_whitney_p(b, h)
-            sig = significant(c, floor)
+            pairs = [(sw.values("base", g.name), sw.values("head", g.name)) for sw in sweeps]
+            for b, h in pairs:
+                if len(b) != p.pairs or len(h) != p.pairs:
+                    raise infra(InfraKind.MISSING_METRIC, f"{spec.name} {g.name}: {len(b)}/{len(h)} samples, "
+                                                          f"expected {p.pairs} reps")
+            b, h = [x for b, _ in pairs for x in b], [x for _, h in pairs for x in h]
+            c, deltas = compare_pairs(pairs, confidence=s.confidence, n_resamples=s.bootstrap_resamples)
+            null = nulls[g.name]
+            out.pair_deltas[g.name] = deltas
+            floor = null.floor
+            floors[g.name] = {**asdict(null), "floor": floor, "pair_deltas": deltas,
+                              "false_significance_rate": s.false_significance_rate, "gates": self.gate_count(),
+                              "mann_whitney_p": mann_whitney_p(b, h)}
+            sig = significant(c, deltas, null.log_floor, null.pairs)
             hc, bc = checks[("head", g.name)], checks[("base", g.name)]
             checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
             self._judge_output(spec.name, g.name, hc, bc, out)
@@ -395,10 +469,18 @@ class Evaluation:
                 u["peak_gpu_memory_reason"] = "NVML reported no per-process memory for this process"
         return u
 
+    def record_pair_deltas(self, spec: ModelSpec, out: ModelOutcome, sha: str | None = None) -> None:
+        """The first process pair of an A/A measurement: one independent draw of each gate's null.
+
+        Only the first: whether confirming pairs ran depends on the first pair's value, and the
+        bound in worker/noise.py wants draws that were taken whatever the earlier ones were.
+        """
+        protocol = self.protocol_key(spec.name)
+        for gate, deltas in out.pair_deltas.items():
+            self.store.add_pair_delta(self.host, self.job.profile, protocol, spec.name, gate, deltas[0], sha=sha)
+
     def _record_aa(self, spec: ModelSpec, out: ModelOutcome, scores) -> None:
-        for g in out.gates:
-            self.store.add_gate_delta(self.host, self.job.profile, spec.name, g.gate, g.rel_change,
-                                      sha=self.job.base_sha)
+        self.record_pair_deltas(spec, out, sha=self.job.base_sha)
         for sc in scores["base"].seeds:
             self.store.add_guard_score(self.host, self.job.profile, spec.name, sc.seed, sc.top1, sc.kl_mean)
 
@@ -459,6 +541,17 @@ class Evaluation:
             "config": {"profile_name": self.job.profile, "profile": self.profile.model_dump(),
                        "eval": self.settings.model_dump(exclude={"profiles"})},
         }
+
+
+def _merge_checks(checks: list[dict]) -> dict:
+    """One output check per (role, gate) over every process pair's verified reps."""
+    out = {}
+    for key in checks[0]:
+        parts = [c[key] for c in checks]
+        total = sum(x.checked_tokens for x in parts)
+        hits = sum(x.agree * x.checked_tokens for x in parts if x.agree is not None)
+        out[key] = OutputCheck(hits / total, total) if total else parts[0]
+    return out
 
 
 def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:

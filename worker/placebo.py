@@ -1,10 +1,11 @@
 """Placebo study: many A/A evaluations of one revision against itself → how often it says REJECT.
 
 Each evaluation is a real A/A measurement through the same pipeline code as a PR evaluation:
-fresh sandboxed base and head processes, warm-up, ABBA sweep on fresh prompts, output check,
-statistics, verdict. To stay cheap, the trusted reference process lives for the whole study and
-the accuracy guard is scored once. The first `calibrate` evaluations only record A/A deltas
-(the noise floors), as `tokengate calibrate` does.
+a fresh sandboxed base and head process pair, warm-up, ABBA sweep on fresh prompts, more fresh
+pairs when a gate needs confirming, output check, statistics, verdict. To stay cheap, the trusted
+reference process lives for the whole study and the accuracy guard is scored once. The first
+`calibrate` runs only record one process pair's A/A deltas each (the floors), as
+`tokengate calibrate` does; the evaluations after them are judged against those floors.
 """
 from __future__ import annotations
 
@@ -31,20 +32,35 @@ class PlaceboReport:
     verdicts: dict[str, int]
     false_rejects: int
     seconds_per_evaluation: float
-    # gate → A/A relative changes (calibration + placebo), and the floor used for the placebo
+    # gate → A/A process-pair log ratios (calibration + placebo), and the null the placebo used
     deltas: dict[str, list[float]] = field(default_factory=dict)
     floors: dict[str, float] = field(default_factory=dict)
+    pairs_needed: dict[str, int] = field(default_factory=dict)
+    bounds: dict[str, float | None] = field(default_factory=dict)
+    process_pairs: list[int] = field(default_factory=list)  # per placebo evaluation
+    calibrate: int = 0  # the first `calibrate` deltas of each gate are the calibration pairs
+
+    @property
+    def false_tiers(self) -> int:
+        return sum(v for k, v in self.verdicts.items() if k in ("S", "M", "L", "XL"))
 
     def noise_table(self) -> dict[str, dict]:
         out = {}
         for gate, d in self.deltas.items():
-            a = np.abs(np.asarray(d))
+            a = np.expm1(np.abs(np.asarray(d)))
+            floor = self.floors.get(gate)
             out[gate] = {"n": len(d), "median_abs": float(np.median(a)), "p95_abs": float(np.percentile(a, 95)),
-                         "max_abs": float(a.max()), "floor": self.floors.get(gate)}
+                         "max_abs": float(a.max()), "floor": floor, "pairs_needed": self.pairs_needed.get(gate),
+                         "bound_per_gate": self.bounds.get(gate),
+                         # how far the floor sits above the A/A tail seen: > 1 = no pair reached it
+                         "floor_over_p95": floor / float(np.percentile(a, 95)) if floor else None,
+                         # judged pairs beyond the floor; the bound assumes 1/(n+1) (rank 1)
+                         "judged_pairs_beyond": (int(np.sum(a[self.calibrate:] > floor)), len(a) - self.calibrate)
+                         if floor else None}
         return out
 
 
-def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int = 20, calibrate: int = 10,
+def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int = 20, calibrate: int = 20,
                 workdir: Path, store: AAStore, trusted_root: Path | None = None,
                 model: str | None = None) -> PlaceboReport:
     job = Job(repo=repo, base_ref=ref, head_ref=ref, profile=settings.profile, models=[model] if model else None)
@@ -54,17 +70,14 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
     gates = gate_specs(spec, p)
     resolved = model_files.resolve(spec, ev.trusted_root)
     git_dir, base, head = checkout_pair(repo, ref, ref, workdir)
-    revs = {"base": base, "head": head}
+    revs = ev.revs = {"base": base, "head": head}
     verdicts: dict[str, int] = {}
     deltas: dict[str, list[float]] = {g.name: [] for g in gates}
-    floors: dict[str, float] = {}
-    total = calibrate + evaluations
+    nulls: dict = {}
+    pairs_used: list[int] = []
     t_eval = 0.0
-    n = 0
+    n = 0  # process pairs started so far (each gets its own workdir)
     try:
-        # The trusted reference lives for the whole study; base and head are fresh processes for
-        # every evaluation, as in a real one (each process pair has its own small layout bias, which
-        # is part of the A/A noise the floors must cover).
         first = ev.make_procs(revs, [resolved.path])
         with ExitStack() as outer:
             reference = outer.enter_context(first["reference"])
@@ -73,43 +86,40 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                                       max_context=p.max_context(spec), backend="reference", phase="load",
                                       timeout=p.load_timeout_s)[0]["vocab_size"]
             guard = None
-            while n < total:
-                procs = {**ev.make_procs(revs, [resolved.path]), "reference": reference}
-                for r in ("base", "head"):
-                    procs[r].workdir = workdir / "proc" / f"{r}{n}"
-                with ExitStack() as stack:
-                    for r in ("base", "head"):
-                        stack.enter_context(procs[r])
-                        procs[r].start(None)
-                    for r in ("base", "head"):
-                        procs[r].finish_start(p.load_timeout_s)
-                        procs[r].begin("load", path=str(resolved.path), device=p.device,
-                                       max_context=p.max_context(spec), backend=p.backend)
-                    for r in ("base", "head"):
-                        procs[r].finish(phase="load", timeout=p.load_timeout_s)
+
+            def pair():
+                nonlocal n
+                n += 1
+                return ev.fresh_pair(revs, spec, resolved.path, n - 1, vocab)
+
+            for i in range(calibrate + evaluations):
+                judged = i >= calibrate
+                t0 = time.monotonic()
+                with pair() as procs:
                     if guard is None:
-                        scores = score_revisions({"base": procs["base"], "head": procs["head"]}, reference,
-                                                 vocab=vocab, model_sha=resolved.sha256,
+                        scores = score_revisions(procs, reference, vocab=vocab, model_sha=resolved.sha256,
                                                  ref_version=reference_version(ev.trusted_root), profile=p)
                         guard = guard_result(spec.name, scores, guard_bounds(
                             store.guard_scores(ev.host, job.profile, spec.name), len(p.seeds), settings))
-                    t0 = time.monotonic()
                     out = ModelOutcome(guard=guard)
-                    ev.measure(spec, gates, procs, vocab, resolved.sha256, out,
-                               sweep_id=f"placebo{n}")
-                    for g in out.gates:
-                        deltas[g.gate].append(g.rel_change)
-                    if n < calibrate:
-                        for g in out.gates:
-                            store.add_gate_delta(ev.host, job.profile, spec.name, g.gate, g.rel_change, sha=base.sha)
-                    else:
-                        r = ev.decide({spec.name: out})
-                        verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
-                        floors = {g.gate: g.noise_floor for g in out.gates}
-                        t_eval += time.monotonic() - t0
-                    n += 1
+                    ev.measure(spec, gates, {**procs, "reference": reference}, vocab, resolved.sha256, out,
+                               sweep_id=f"placebo{i}", more_pairs=(lambda _j: pair()) if judged else None)
+                for g, d in out.pair_deltas.items():
+                    deltas[g].extend(d)
+                if not judged:
+                    ev.record_pair_deltas(spec, out, sha=base.sha)
+                    continue
+                r = ev.decide({spec.name: out})
+                verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
+                pairs_used.append(len(next(iter(out.pair_deltas.values()))))
+                nulls = out.receipt["noise_floors"]
+                t_eval += time.monotonic() - t0
     finally:
         for rev in revs.values():
             remove_worktree(git_dir, rev)
     return PlaceboReport(evaluations=evaluations, verdicts=verdicts, false_rejects=verdicts.get(Verdict.REJECT.value, 0),
-                         seconds_per_evaluation=t_eval / max(1, evaluations), deltas=deltas, floors=floors)
+                         seconds_per_evaluation=t_eval / max(1, evaluations), deltas=deltas,
+                         floors={g: v["floor"] for g, v in nulls.items()},
+                         pairs_needed={g: v["pairs"] for g, v in nulls.items()},
+                         bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used,
+                         calibrate=calibrate)

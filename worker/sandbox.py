@@ -190,6 +190,20 @@ def tree_usage(pid: int) -> dict:
     return {"cpu_user_s": user, "cpu_system_s": system, "max_rss_bytes": hwm or None}
 
 
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """Set the CPU affinity of every thread of pid's tree (threads made later inherit it)."""
+    for q in tree_pids(pid):
+        try:
+            tasks = os.listdir(f"/proc/{q}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                os.sched_setaffinity(int(t), cpus)
+            except ProcessLookupError:
+                pass  # the thread ended meanwhile
+
+
 def tree_oncpu_ns(pid: int) -> int | None:
     """Nanoseconds the tree's threads have run on a CPU (/proc/<pid>/task/*/schedstat)."""
     total, seen = 0, False

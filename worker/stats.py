@@ -1,7 +1,10 @@
-"""Paired A/B statistics for speed gates: relative change, bootstrap interval, noise floor, tier.
+"""Paired A/B statistics for speed gates: relative change, bootstrap interval, significance.
 
-Samples come in ABBA pairs (base and head measured next to each other), so the unit of
-evidence is the pair's log ratio; drifts of the box that are slower than one pair cancel.
+Samples come in ABBA reps (base and head measured next to each other), so drifts of the box that
+are slower than one rep cancel in the rep's log ratio. Reps come from one or more *process pairs*
+(fresh base and head processes); a process pair's own speed offset is the same in all its reps,
+so significance is decided per process pair against the A/A floor (worker/noise.py), and the
+bootstrap interval over reps is an extra condition, never the only one.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from scipy import stats
 
 @dataclass(frozen=True)
 class Comparison:
-    rel_change: float  # (head - base) / base, from the median paired log ratio
+    rel_change: float  # (head - base) / base, from the median paired log ratio (of process pairs)
     ci_low: float
     ci_high: float
     n_pairs: int
@@ -54,17 +57,28 @@ def mann_whitney_p(base: list[float], head: list[float]) -> float:
     return float(stats.mannwhitneyu(head, base, alternative="two-sided").pvalue)
 
 
-def noise_floor(aa_deltas: list[float], *, minimum: float, k: float = 3.0) -> float:
-    """max(minimum, Q3 + k*IQR) of the absolute A/A relative changes recorded for one gate."""
-    d = np.abs(np.asarray(aa_deltas, dtype=float))
-    d = d[np.isfinite(d)]
-    if d.size == 0:
-        raise ValueError("no A/A deltas to compute a noise floor from")
-    q1, q3 = np.percentile(d, [25, 75])
-    return float(max(minimum, q3 + k * (q3 - q1)))
+def pair_delta(base: list[float], head: list[float]) -> float:
+    """One process pair's log ratio: the median of its reps' paired log ratios (head/base)."""
+    return float(np.median(_check(base, head)))
 
 
-def significant(c: Comparison, floor: float) -> bool:
-    """The interval excludes 0 and the change is bigger than the gate's noise floor."""
+def compare_pairs(pairs: list[tuple[list[float], list[float]]], *, confidence: float = 0.95,
+                  n_resamples: int = 2000, seed: int = 0) -> tuple[Comparison, list[float]]:
+    """Comparison over every rep of every process pair, its change the median of the pair deltas."""
+    deltas = [pair_delta(b, h) for b, h in pairs]
+    c = compare([x for b, _ in pairs for x in b], [x for _, h in pairs for x in h], confidence=confidence,
+                n_resamples=n_resamples, seed=seed)
+    return Comparison(math.expm1(float(np.median(deltas))), c.ci_low, c.ci_high, c.n_pairs), deltas
+
+
+def beyond_floor(pair_deltas: list[float], log_floor: float) -> bool:
+    """Every process pair's log ratio beyond ±log_floor, all on the same side."""
+    return bool(pair_deltas) and (all(d < -log_floor for d in pair_deltas)
+                                  or all(d > log_floor for d in pair_deltas))
+
+
+def significant(c: Comparison, pair_deltas: list[float], log_floor: float, pairs_needed: int) -> bool:
+    """At least `pairs_needed` process pairs, every one beyond the floor on the same side, and the
+    reps' interval excludes 0."""
     excludes_zero = c.ci_low > 0 or c.ci_high < 0
-    return excludes_zero and abs(c.rel_change) > floor
+    return len(pair_deltas) >= pairs_needed and beyond_floor(pair_deltas, log_floor) and excludes_zero

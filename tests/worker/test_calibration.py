@@ -18,18 +18,26 @@ def _profile(tmp_path):
 def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, cache):
     repo = make_repo(tmp_path)
     store = AAStore(tmp_path / "aa.sqlite")
-    settings = make_settings(_profile(tmp_path), min_aa_samples=5)
+    # A loose rate, so 5 A/A runs suffice: 2 gates → 2.5e-2 per gate → 3 agreeing pairs (6/(6·7·8)).
+    settings = make_settings(_profile(tmp_path), min_aa_samples=5, false_significance_rate=0.05)
     summary = calibrate(str(repo), "main", settings, runs=5, store=store, trusted_root=GOOD)
     assert summary["runs"] == 5
     floors = summary["floors"]
     assert set(floors) == {"fake decode@32", "fake prefill@64"}
-    assert all(f["n"] == 5 and f["floor"] >= 0.02 for f in floors.values())
+    assert all(f["n"] == 5 and f["floor"] >= 0.02 and f["pairs"] == 3 for f in floors.values()), floors
+    assert all(f["bound"] <= 0.025 for f in floors.values())
     assert len(store.guard_scores(summary["host"], "test", "fake")) == 5 * 3  # 5 runs x 3 seeds
     r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), settings,
                  trusted_root=GOOD, store=store)
     nf = r.receipt["models"]["fake"]["noise_floors"]
     assert nf["decode@32"]["calibrated"] and nf["decode@32"]["floor"] == floors["fake decode@32"]["floor"]
+    assert nf["decode@32"]["pairs"] == floors["fake decode@32"]["pairs"] and len(nf["decode@32"]["pair_deltas"]) >= 1
     assert r.receipt["models"]["fake"]["guard_bounds"]["calibrated"]
+    # The default rate (1e-3) is out of reach of 5 runs: said so, with the fixed floor and every pair.
+    strict = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),
+                      make_settings(_profile(tmp_path)), trusted_root=GOOD, store=store)
+    nf = strict.receipt["models"]["fake"]["noise_floors"]["decode@32"]
+    assert not nf["calibrated"] and nf["bound"] is None and "run `tokengate calibrate`" in nf["reason"]
 
 
 def test_guard_bounds_from_aa_scores():

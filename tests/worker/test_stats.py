@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from worker.config import EvalSettings
-from worker.stats import compare, noise_floor, significant
+from worker.stats import compare, compare_pairs, pair_delta, significant
 
 
 def test_compare_detects_a_clear_slowdown():
@@ -13,30 +13,36 @@ def test_compare_detects_a_clear_slowdown():
     head = [b * 0.5 for b in base]
     c = compare(base, head)
     assert c.rel_change == pytest.approx(-0.5, abs=1e-9)
-    assert c.ci_high < 0 and significant(c, 0.05)
+    assert c.ci_high < 0 and significant(c, [math.log(0.5)], math.log1p(0.05), 1)
 
 
 def test_identical_samples_are_not_significant():
     c = compare([10.0, 11.0, 12.0], [10.0, 11.0, 12.0])
     assert c.rel_change == 0 and c.ci_low == 0 and c.ci_high == 0
-    assert not significant(c, 0.02)
+    assert not significant(c, [0.0], math.log1p(0.02), 1)
 
 
 def test_small_change_inside_the_noise_floor_is_not_significant():
     base = [100.0, 100.5, 99.5, 100.2, 99.8]
     head = [b * 1.03 for b in base]  # +3%, tight interval, but the floor is 5%
     c = compare(base, head)
+    d = [pair_delta(base, head)]
     assert c.ci_low > 0
-    assert not significant(c, 0.05) and significant(c, 0.02)
+    assert not significant(c, d, math.log1p(0.05), 1) and significant(c, d, math.log1p(0.02), 1)
 
 
-def test_noise_floor_fence_and_minimum():
-    assert noise_floor([0.001, -0.002, 0.001], minimum=0.02) == 0.02
-    d = [0.01, -0.02, 0.03, -0.04, 0.05]
-    q1, q3 = np.percentile(np.abs(d), [25, 75])
-    assert noise_floor(d, minimum=0.02) == pytest.approx(q3 + 3 * (q3 - q1))
-    with pytest.raises(ValueError):
-        noise_floor([], minimum=0.02)
+def test_significance_needs_every_process_pair_beyond_the_floor_on_one_side():
+    base = [100.0, 100.5, 99.5, 100.2]
+    slow = [b * 0.8 for b in base]
+    pairs = [(base, slow), (base, slow), (base, [b * 0.97 for b in base])]  # the third pair disagrees
+    c, deltas = compare_pairs(pairs)
+    floor = math.log1p(0.1)
+    assert c.ci_high < 0 and deltas[0] == pytest.approx(math.log(0.8))
+    assert significant(c, deltas[:2], floor, 2)
+    assert not significant(c, deltas[:2], floor, 3)  # too few pairs for the bound
+    assert not significant(c, deltas, floor, 3)  # one pair inside the floor
+    mixed = [math.log(0.8), math.log(1.25)]  # beyond, but on opposite sides
+    assert not significant(c, mixed, floor, 2)
 
 
 @pytest.mark.parametrize("bad", [[0.0, 1.0], [float("nan"), 1.0], [-1.0, 1.0]])

@@ -47,7 +47,8 @@ class RevisionProcess:
     workdir: Path
     gpu: bool = False
     memory_limit_bytes: int | None = None
-    cpus: set[int] | None = None
+    cpus: set[int] | None = None  # affinity while measured (see pin)
+    pin_at_start: bool = True  # False: start and load on every allowed core, pin() before timing
     hide: list[Path] = field(default_factory=list)
     read_only: list[Path] = field(default_factory=list)
     env_extra: dict[str, str] = field(default_factory=dict)
@@ -79,7 +80,7 @@ class RevisionProcess:
         r, w = os.pipe()
         spec = sandbox.SandboxSpec(
             scratch=self.scratch, read_only=[self.root, driver_dir, *self.read_only], hide=self.hide,
-            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus, env_extra=self.env_extra)
+            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra)
         argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w)]
         try:
             self.proc = sandbox.spawn(argv, spec, pass_fds=(w,), log_path=self.log_path)
@@ -97,6 +98,15 @@ class RevisionProcess:
     def finish_start(self, timeout: float) -> dict:
         self.hello = self.finish(phase="start", timeout=timeout)[0]
         return self.hello
+
+    def pin(self) -> None:
+        """Move the whole process tree onto `cpus` (a no-op without a set)."""
+        if not self.cpus or self.proc is None:
+            return
+        try:
+            sandbox.pin_tree(self.proc.pid, self.cpus)
+        except OSError as exc:
+            raise RevisionFault(self.role, "measure", "sandbox", f"could not pin to CPUs {sorted(self.cpus)}: {exc}")
 
     def close(self) -> None:
         if self.proc is None:
