@@ -190,33 +190,34 @@ def tree_usage(pid: int) -> dict:
     return {"cpu_user_s": user, "cpu_system_s": system, "max_rss_bytes": hwm or None}
 
 
-def pin_tree(pid: int, cpus: set[int]) -> None:
-    """Set the CPU affinity of every thread of pid's tree (threads made later inherit it)."""
-    for q in tree_pids(pid):
+def _tree_threads(pid: int, **kw):
+    """(process, thread id) of every thread of pid's tree still there (kw: tree_pids' options)."""
+    for q in tree_pids(pid, **kw):
         try:
             tasks = os.listdir(f"/proc/{q}/task")
         except OSError:
             continue
         for t in tasks:
-            try:
-                os.sched_setaffinity(int(t), cpus)
-            except ProcessLookupError:
-                pass  # the thread ended meanwhile
+            yield q, t
+
+
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """Set the CPU affinity of every thread of pid's tree (threads made later inherit it)."""
+    for _, t in _tree_threads(pid):
+        try:
+            os.sched_setaffinity(int(t), cpus)
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
 
 
 def tree_oncpu_ns(pid: int) -> int | None:
     """Nanoseconds the tree's threads have run on a CPU (/proc/<pid>/task/*/schedstat)."""
     total, seen = 0, False
-    for q in tree_pids(pid, max_age_s=2.0):
+    for q, t in _tree_threads(pid, max_age_s=2.0):
         try:
-            tasks = os.listdir(f"/proc/{q}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{q}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-                    seen = True
-            except (OSError, ValueError, IndexError):
-                pass
+            with open(f"/proc/{q}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+                seen = True
+        except (OSError, ValueError, IndexError):
+            pass
     return total if seen else None
