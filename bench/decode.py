@@ -331,14 +331,11 @@ def time_tg(eng, depth: int, runs: int, n_tokens: int = 128, method: dict | None
 
 
 def _cfg_list(v, xx, ws, kw):
-    from runtime.kernels.gemv.kernel import AutoTile, auto_config, auto_config_v2
+    from runtime.kernels.gemv.kernel import AutoTile, resolve_config
 
-    if v is None:
-        v = AutoTile()
-    if isinstance(v, AutoTile):
-        a = (auto_config if v.version == 1 else auto_config_v2)(ws, xx.device, kw.get("swiglu", False))
-        return [f"auto-v{v.version}", a.block_n, a.block_b, a.num_warps, v.q6, v.pdl, v.acc]
-    return [v.block_n, v.block_b, v.num_warps, v.q6, v.pdl, v.acc]
+    c = resolve_config(v, ws, xx.device, kw.get("swiglu", False))
+    label = [f"auto-v{v.version}"] if isinstance(v, AutoTile) else []
+    return label + [c.block_n, c.block_b, c.num_warps, c.q6, c.pdl, c.acc, c.words]
 
 
 def gemv_variants(eng) -> dict:

@@ -129,7 +129,9 @@ def applies(config, ws, swiglu) -> bool:
     return True
 
 
-def sweep(eng, names: list[str], reps: int) -> dict:
+def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None) -> dict:
+    """Every group's configs; on_group(results so far) after each group (the receipt is rewritten
+    then, so a step timeout keeps what was measured)."""
     calls = record_calls(eng)
     groups: dict[str, list] = {}
     for c in calls:
@@ -160,6 +162,7 @@ def sweep(eng, names: list[str], reps: int) -> dict:
         out[key] = {"calls": len(gcalls), "bytes_per_launch": nbytes, "types": [w.qtype.name for w in ws0],
                     "epilogue": sorted(k for k, v in kw0.items() if v is not None and v is not False),
                     "results": rows, "best": best["name"] if best else None}
+        on_group(out)
         print(f"{key:60} x{len(gcalls):<3} " + " ".join(
             f"{r['name']}={r['GBps']:.0f}" if r.get("GBps") else f"{r['name']}=ERR" for r in rows), flush=True)
     return out
@@ -194,16 +197,19 @@ def main(argv=None) -> int:
     model = load_gguf(args.gguf)
     eng = TritonEngine(model, "cuda", 512, use_graph=False)
     eng.decode(7)
-    groups = sweep(eng, names, args.reps)
-    res = {"kind": "gemv_sweep", "gguf": str(args.gguf), "model": model.config.name,
-           "gpu": torch.cuda.get_device_name(), "commit": os.environ.get("TOKENGATE_COMMIT"),
-           "groups": groups, "table": tile_table(groups), "seconds": round(time.perf_counter() - t0, 1)}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"gemv-sweep-{model.config.name}.json"
-    path.write_text(json.dumps(res, indent=1))
-    if args.copy_to:  # a second copy outside $OUT (the next call on a warm machine can read it)
-        args.copy_to.mkdir(parents=True, exist_ok=True)
-        (args.copy_to / path.name).write_text(path.read_text())
+    res = {"kind": "gemv_sweep", "gguf": str(args.gguf), "model": model.config.name,
+           "gpu": torch.cuda.get_device_name(), "commit": os.environ.get("TOKENGATE_COMMIT")}
+
+    def save(groups: dict) -> None:
+        res.update(groups=groups, table=tile_table(groups), seconds=round(time.perf_counter() - t0, 1))
+        for p in [path] + ([args.copy_to / path.name] if args.copy_to else []):
+            p.parent.mkdir(parents=True, exist_ok=True)  # a copy outside $OUT: the next call on a warm machine
+            p.write_text(json.dumps(res, indent=1))
+
+    groups = sweep(eng, names, args.reps, on_group=save)
+    save(groups)
     print(f"\nsweep: {path} ({res['seconds']} s)")
     for key, g in groups.items():
         by = {r["name"]: r for r in g["results"]}

@@ -83,6 +83,12 @@ class ModelOutcome:
     pair_deltas: dict[str, list[float]] = field(default_factory=dict)  # gate → log ratio of each process pair
 
 
+def _check_protocol(role: str, hello: dict) -> None:
+    if hello.get("protocol") != 1:
+        raise RevisionFault(role, "start", "protocol",
+                            f"runtime.PROTOCOL_VERSION is {hello.get('protocol')!r}, the harness speaks 1")
+
+
 class Evaluation:
     def __init__(self, job: Job, settings: EvalSettings | None = None, *, trusted_root: Path | None = None,
                  store: AAStore | None = None, workdir: Path | None = None, progress: Progress | None = None,
@@ -222,10 +228,7 @@ class Evaluation:
                     stack.enter_context(procs[r])
                     procs[r].start(None)
                 for r in order:
-                    hello = procs[r].finish_start(p.load_timeout_s)
-                    if hello.get("protocol") != 1:
-                        raise RevisionFault(r, "start", "protocol", f"runtime.PROTOCOL_VERSION is "
-                                                                    f"{hello.get('protocol')!r}, the harness speaks 1")
+                    _check_protocol(r, procs[r].finish_start(p.load_timeout_s))
                     procs[r].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
                                    backend=p.backend)
                 for r in order:
@@ -245,10 +248,8 @@ class Evaluation:
                 procs[role].start(None)
             self._hellos = {}
             for role in ("base", "head", "reference"):
-                hello = self._hellos[role] = procs[role].finish_start(p.load_timeout_s)
-                if hello.get("protocol") != 1:
-                    raise RevisionFault(role, "start", "protocol",
-                                        f"runtime.PROTOCOL_VERSION is {hello.get('protocol')!r}, the harness speaks 1")
+                self._hellos[role] = procs[role].finish_start(p.load_timeout_s)
+                _check_protocol(role, self._hellos[role])
         except RevisionFault as f:
             raise classify(f, "(import)") from f
 

@@ -16,7 +16,6 @@ from ..config import ARCH, ModelConfig, shape as named_shape
 from ..gguf.types import GGMLType
 from ..gguf.writer import MetaValue, TensorSpec, file_sha256, planned_file_nbytes, write_gguf
 from . import init as synth_init
-from .encode import quantize_rows  # noqa: F401  (re-exported: report.py uses it)
 from .plan import FILE_TYPE, QUANTS, plan
 from .stream import ChunkStream
 from .vocab import Vocab, build_vocab

@@ -16,7 +16,8 @@ from ..config import ModelConfig
 from ..gguf import QTensor, load_gguf
 from ..gguf.names import expected_tensors
 from . import init as synth_init
-from .factory import SEED_KEY, SHAPE_KEY, quantize_rows
+from .encode import quantize_rows
+from .factory import SEED_KEY, SHAPE_KEY
 from ..models.qwen35_reference import Qwen35Reference
 from .plan import tensor_type
 from .vocab import REAL_FIRST_SPECIAL, REAL_VOCAB, SPECIAL_TOKENS

@@ -18,7 +18,9 @@ from ..kernels.argmax import ArgmaxWorkspace, argmax_to
 from ..kernels.attn_decode import AttnWorkspace, attention_decode
 from ..kernels.embed import embed
 from ..kernels.gdn_decode import gdn_decode_step
-from ..kernels.gemv import AutoTile, GemvConfig, gemv
+from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
+from ..kernels.gemv.kernel import resolve_config
+from ..kernels.gemv.tiles import default_config
 from .weights import DeviceWeights
 
 
@@ -71,14 +73,27 @@ class DecodeStep:
     """The launch sequence for one token; `__call__` runs it eagerly (what the graph captures)."""
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
-                 gemv_config: GemvConfig | AutoTile | None = None, attn_block_t: int = 64,
-                 gdn_block_v: int | None = None, gdn_pdl: bool = False, pdl: bool = False):
+                 gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_block_t: int = 64,
+                 gdn_block_v: int | None = None, gdn_pdl: bool | None = None, pdl: bool = False):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
-        self.gemv_config = gemv_config
+        self.gemv_config = default_config(w.device) if gemv_config is None else gemv_config
         self.attn_block_t = attn_block_t
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)
-        self.gdn_pdl = gdn_pdl or pdl  # programmatic dependent launch of the GDN step (bench variant)
+        if gdn_pdl is None:  # the GDN step launches like its in-projection (measured together, see gemv/tiles.py)
+            gdn_pdl = self._in_proj_pdl()
+        self.gdn_pdl = gdn_pdl or pdl  # programmatic dependent launch of the GDN step
         self.pdl = pdl  # PDL for the attention and argmax kernels too (GEMVs: gemv_config.pdl)
+
+    def _in_proj_matrices(self, layer: int) -> list:
+        p = f"blk.{layer}."
+        return [self.w.mat[p + n] for n in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")]
+
+    def _in_proj_pdl(self) -> bool:
+        """Whether the first GDN layer's in-projection GEMV launches with PDL under gemv_config."""
+        layer = next((i for i in range(self.cfg.n_layers) if not self.cfg.is_attention(i)), None)
+        if layer is None:
+            return False
+        return resolve_config(self.gemv_config, self._in_proj_matrices(layer), self.w.device).pdl
 
     def __call__(self) -> None:
         cfg, w, s, b, gc = self.cfg, self.w, self.s, self.b, self.gemv_config
@@ -98,8 +113,7 @@ class DecodeStep:
                 gemv(b.o_attn, [mat[p + "attn_output.weight"]], h, residual=h, config=gc)
                 i_attn += 1
             else:
-                gemv(h, [mat[p + "attn_qkv.weight"], mat[p + "attn_gate.weight"], mat[p + "ssm_beta.weight"],
-                         mat[p + "ssm_alpha.weight"]], b.proj_gdn, norm_weight=vec[p + "attn_norm.weight"], eps=eps,
+                gemv(h, self._in_proj_matrices(layer), b.proj_gdn, norm_weight=vec[p + "attn_norm.weight"], eps=eps,
                      conv_state=s.conv[i_gdn], conv_weight=vec[p + "ssm_conv1d.weight"], config=gc)
                 gdn_decode_step(b.proj_gdn, s.ssm[i_gdn], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
                                 vec[p + "ssm_norm.weight"], b.y_gdn, n_k_head=cfg.n_k_head, eps=eps,

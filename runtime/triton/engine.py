@@ -23,8 +23,6 @@ from ..gguf import GGUFModel, load_gguf
 from ..kernels.argmax import argmax_to
 from ..kernels.attn_decode import default_n_split
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable
-from ..kernels.gemv.kernel import resolve_config
-from ..kernels.gemv.tiles import default_config
 from .decode import DecodeBuffers, DecodeState, DecodeStep, GraphRunner
 from .weights import DeviceWeights
 
@@ -59,11 +57,6 @@ class TritonEngine:
             n_split = default_n_split(self.max_context, self.config.n_kv_head, n_sm)
         self.state = DecodeState(self.config, self.max_context, dev)
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
-        if gemv_config is None:
-            gemv_config = default_config(dev)
-        if gdn_pdl is None:  # the GDN step launches like the GEMV before it (measured together, see tiles.py)
-            gdn_pdl = self._in_proj_pdl(gemv_config)
-        self.gemv_config = gemv_config
         self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_block_t=attn_block_t,
                                gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl)
         self.use_graph = (dev.type == "cuda") if use_graph is None else bool(use_graph)
@@ -72,16 +65,6 @@ class TritonEngine:
         self._runner = GraphRunner(self.step) if self.use_graph else self.step
         self.position = 0
         self._last_logits: torch.Tensor | None = None
-
-    def _in_proj_pdl(self, gemv_config) -> bool:
-        """Whether the first GDN layer's in-projection GEMV launches with PDL under gemv_config."""
-        cfg = self.config
-        layer = next((i for i in range(cfg.n_layers) if not cfg.is_attention(i)), None)
-        if layer is None:
-            return False
-        names = ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")
-        ws = [self.weights.mat[f"blk.{layer}.{n}"] for n in names]
-        return resolve_config(gemv_config, ws, self.device).pdl
 
     # -- protocol ---------------------------------------------------------------------
     def _check_room(self, n: int) -> None:

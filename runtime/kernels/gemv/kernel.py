@@ -12,6 +12,7 @@ SwiGLU over segments 0/1 (out = silu(W0 x) * (W1 x)).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -413,10 +414,14 @@ class TileTable:
     def from_dict(cls, table: dict, fallback: AutoTile | None = None) -> "TileTable":
         """{key: {block_n, block_b, num_warps, words, ...}} (the sweep's JSON) -> TileTable."""
         entries = tuple((k, GemvConfig(**v)) for k, v in sorted(table.items()))
-        return cls(entries, fallback or AutoTile(2, words=False))
+        return cls(entries) if fallback is None else cls(entries, fallback)
+
+    @cached_property
+    def _by_key(self) -> dict[str, GemvConfig]:
+        return dict(self.entries)
 
     def lookup(self, ws: Sequence[QWeight], swiglu: bool = False) -> GemvConfig | AutoTile:
-        return dict(self.entries).get(tile_key(ws, swiglu), self.fallback)
+        return self._by_key.get(tile_key(ws, swiglu), self.fallback)
 
 
 DEFAULT_CONFIG = GemvConfig()
@@ -527,12 +532,11 @@ def resolve_config(config: GemvConfig | AutoTile | TileTable | None, ws: Sequenc
     if isinstance(config, TileTable):
         config = config.lookup(ws, swiglu) if device.type != "cpu" else config.fallback
     if isinstance(config, AutoTile):
+        words = config.version == 3 if config.words is None else config.words
         if device.type == "cpu":  # the words path needs whole block pairs per step (Q6_K)
-            words = config.version == 3 if config.words is None else config.words
             return replace(INTERPRETER_CONFIG, block_b=2 if words else 1, words=words)
         heuristic = {1: auto_config, 2: auto_config_v2, 3: auto_config_v3}[config.version]
         tile = heuristic(ws, device, swiglu)
-        words = config.version == 3 if config.words is None else config.words
         return GemvConfig(tile.block_n * config.bn_scale, tile.block_b, config.num_warps or tile.num_warps,
                           config.q6, config.pdl, config.acc, config.num_stages, words)
     return config

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .kernel import AutoTile, GemvConfig, TileTable
+from .kernel import AutoTile, TileTable
 
 TILES_SM90 = Path(__file__).with_name("tiles_sm90.json")
 
@@ -20,8 +20,7 @@ TILES_SM90 = Path(__file__).with_name("tiles_sm90.json")
 @lru_cache(maxsize=None)
 def sm90_table() -> TileTable:
     doc = json.loads(TILES_SM90.read_text())
-    entries = tuple((k, GemvConfig(**v)) for k, v in sorted(doc["tiles"].items()))
-    return TileTable(entries, AutoTile(**doc["fallback"]))
+    return TileTable.from_dict(doc["tiles"], AutoTile(**doc["fallback"]))
 
 
 def default_config(device) -> TileTable | AutoTile:
