@@ -382,14 +382,16 @@ def gemv_variants(eng) -> dict:
     return out
 
 
+SAME_RUN_LLAMA_CPP: dict = {}  # --llama-cpp: {shape: {depth: record}, "receipt": name} from llamacpp_receipt.py
 TILE_TABLES: dict = {}  # --tile-table: model name -> TileTable measured by bench/gemv_sweep.py
 
 
-def engine_variant_options(model_name: str | None = None) -> dict:
+def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) -> dict:
     """Named engine options timed against the defaults (tg128 @0 on this model): the flags that
     decide which kernel variant the engine uses, so one GPU run tells which to make default."""
     from dataclasses import replace
 
+    from runtime.kernels.attn_decode import AttnConfig
     from runtime.kernels.gemv import AutoTile, TileTable
 
     table = {}
@@ -405,6 +407,10 @@ def engine_variant_options(model_name: str | None = None) -> dict:
         "words_pdl": {"gemv_config": AutoTile(3, words=True, pdl=True), "gdn_pdl": True},
         **table,
         "default": {},
+        # the decode attention before the 2026-12-01 sweep (bench/attn_sweep.py): tf32 dots, 64-row
+        # blocks, splits = next power of two of min(SMs / Hkv, ctx / 256)
+        "attn_before": {"attn_config": AttnConfig(block_t=64, num_warps=4),
+                        "n_split": _legacy_n_split(max_ctx, model_name)},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},
         "gemv_step_reduce": {"gemv_config": AutoTile(2, acc=1)},
         "gemv_before_this_branch": {"gemv_config": AutoTile(1, acc=1)},
@@ -428,6 +434,15 @@ def engine_variant_options(model_name: str | None = None) -> dict:
     }
 
 
+def _legacy_n_split(max_ctx: int, model_name: str | None) -> int:
+    import triton
+
+    from runtime.config import SHAPES
+
+    hkv = SHAPES[model_name].n_kv_head if model_name in SHAPES else 2
+    return triton.next_power_of_2(max(1, min(triton.cdiv(132, hkv), triton.cdiv(max_ctx, 256))))
+
+
 DEFAULT_VARIANTS = "default,gemv_pdl+gdn_pdl,gdn_split_bv32,gemv_stages1,gemv_bn2_w8"
 
 
@@ -435,7 +450,7 @@ def engine_variants(eng, model, max_ctx: int, names: list[str], runs: int) -> di
     """tg128 @0 of each named variant, with its greedy tokens compared to the default engine's."""
     from runtime.triton.engine import TritonEngine
 
-    options = engine_variant_options(model.config.name)
+    options = engine_variant_options(model.config.name, max_ctx)
     out = {n: {"tok_s": None, "reason": "no --tile-table for this model"} for n in names if n not in options}
     names = [n for n in names if n in options]
     ref_ids = None
@@ -483,7 +498,14 @@ def time_depths(eng, shape: str, args, r: dict, key: str, step, copy_bw) -> None
         if res is None:
             continue
         tg[str(depth)] = res
-        lc = LLAMA_CPP_TG128.get(shape, {}).get(depth)
+        same = SAME_RUN_LLAMA_CPP.get(shape, {}).get(depth)
+        if same:
+            lc = same["median"]
+            res["llama_cpp_source"] = {"receipt": SAME_RUN_LLAMA_CPP["receipt"], "gguf_sha256": same["gguf_sha256"],
+                                       "n": same["n"], "spread_pct": same["spread_pct"]}
+        else:
+            lc = LLAMA_CPP_TG128.get(shape, {}).get(depth)
+            res["llama_cpp_source"] = "LLAMA_CPP_TG128 (an earlier run / the anchor)" if lc else None
         res["llama_cpp_tok_s"] = lc
         res["ratio_vs_llama_cpp"] = res["median"] / lc if lc else None
         if copy_bw:
@@ -536,8 +558,13 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
     if best != "default":  # the winner at every depth too (one engine at a time: 9B weights twice fit, but why)
         del eng
         torch.cuda.empty_cache()
-        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options(model.config.name)[best])
+        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options(model.config.name, max_ctx)[best])
         time_depths(eng, shape, args, r, "tg128_best", step, copy_bw)
+    for name in args.depth_variants:  # named variants timed at every depth as well (one engine at a time)
+        del eng
+        torch.cuda.empty_cache()
+        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options(model.config.name, max_ctx)[name])
+        time_depths(eng, shape, args, r, f"tg128_at_{name}", step, copy_bw)
     if args.gemv_tiles:
         step("gemv_variants", lambda: gemv_variants(eng))
     del eng
@@ -562,12 +589,17 @@ def print_table(rec: Receipt) -> None:
             print(f"{shape}: errors " + "; ".join(f"{k}: {v[:160]}" for k, v in r["errors"].items()))
     print("\nmodel variant                depth   tok/s   spread%  llama.cpp  ratio  BW-frac  depth-by")
     for shape, r in rec.data["models"].items():
-        for key, label in (("tg128", "default"), ("tg128_best", r.get("best_variant", "-"))):
+        keys = [("tg128", "default"), ("tg128_best", r.get("best_variant", "-"))]
+        keys += [(k, k[len("tg128_at_"):]) for k in r if k.startswith("tg128_at_")]
+        for key, label in keys:
             for depth, t in (r.get(key) or {}).items():
                 ratio = f"{t['ratio_vs_llama_cpp']:.2f}" if t.get("ratio_vs_llama_cpp") else "-"
                 bw = f"{t['weight_bandwidth_fraction']:.3f}" if t.get("weight_bandwidth_fraction") else "-"
+                lc = f"{t.get('llama_cpp_tok_s') or '-'}{'*' if isinstance(t.get('llama_cpp_source'), dict) else ''}"
                 print(f"{shape:5} {label[:22]:22} {depth:>6} {t['median']:7.1f}  {t['spread_pct']:6.1f}"
-                      f"  {t.get('llama_cpp_tok_s') or '-':>9}  {ratio:>5}  {bw:>7}  {t.get('depth_method')}")
+                      f"  {lc:>9}  {ratio:>5}  {bw:>7}  {t.get('depth_method')}")
+    if SAME_RUN_LLAMA_CPP:
+        print(f"* llama.cpp in this call: {SAME_RUN_LLAMA_CPP['receipt']}")
 
 
 def main(argv=None) -> int:
@@ -594,8 +626,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hash", action="store_true")
     ap.add_argument("--tile-table", action="append", default=[], type=Path, metavar="SWEEP_JSON",
                     help="bench/gemv_sweep.py output: adds variants 'table' and 'table_pdl' for its model")
+    ap.add_argument("--depth-variants", default="", help="comma list of variants also timed at every depth")
+    ap.add_argument("--llama-cpp", type=Path, metavar="RECEIPT",
+                    help="bench/llamacpp_receipt.py output of this call: its tg128 figures for the ratios")
     args = ap.parse_args(argv)
     from runtime.kernels.gemv import TileTable
+
+    if args.llama_cpp:
+        from bench.llamacpp_receipt import tg128_by_depth
+
+        SAME_RUN_LLAMA_CPP.update(tg128_by_depth(json.loads(args.llama_cpp.read_text())), receipt=args.llama_cpp.name)
 
     for p in args.tile_table:
         sweep = json.loads(p.read_text())
@@ -611,6 +651,9 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown --variants {unknown}; known: {', '.join(sorted(known))}")
     args.variants = ["default"] + [n for n in names if n != "default"]
+    args.depth_variants = [n for n in args.depth_variants.split(",") if n]
+    if set(args.depth_variants) - set(engine_variant_options()):
+        ap.error(f"unknown --depth-variants {sorted(set(args.depth_variants) - set(engine_variant_options()))}")
     if not torch.cuda.is_available():
         print("bench/decode.py needs a CUDA device", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import torch
 
 from ..config import ModelConfig
 from ..kernels.argmax import ArgmaxWorkspace, argmax_to
-from ..kernels.attn_decode import AttnWorkspace, attention_decode
+from ..kernels.attn_decode import AttnConfig, AttnWorkspace, attention_decode
 from ..kernels.embed import embed
 from ..kernels.gdn_decode import gdn_decode_step
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
@@ -73,11 +73,11 @@ class DecodeStep:
     """The launch sequence for one token; `__call__` runs it eagerly (what the graph captures)."""
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
-                 gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_block_t: int = 64,
+                 gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  gdn_block_v: int | None = None, gdn_pdl: bool | None = None, pdl: bool = False):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
         self.gemv_config = default_config(w.device) if gemv_config is None else gemv_config
-        self.attn_block_t = attn_block_t
+        self.attn_config = attn_config or AttnConfig()
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)
         if gdn_pdl is None:  # the GDN step launches like its in-projection (measured together, see gemv/tiles.py)
             gdn_pdl = self._in_proj_pdl()
@@ -109,7 +109,7 @@ class DecodeStep:
                 attention_decode(b.proj_attn, vec[p + "attn_q_norm.weight"], vec[p + "attn_k_norm.weight"], s.pos,
                                  s.k_cache[i_attn], s.v_cache[i_attn], b.o_attn, b.attn, n_head=cfg.n_head,
                                  n_kv_head=cfg.n_kv_head, head_dim=cfg.head_dim, rope_dims=cfg.rope_dims,
-                                 rope_base=cfg.rope_base, eps=eps, block_t=self.attn_block_t, pdl=self.pdl)
+                                 rope_base=cfg.rope_base, eps=eps, config=self.attn_config, pdl=self.pdl)
                 gemv(b.o_attn, [mat[p + "attn_output.weight"]], h, residual=h, config=gc)
                 i_attn += 1
             else:

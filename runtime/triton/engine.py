@@ -21,7 +21,7 @@ import torch
 
 from ..gguf import GGUFModel, load_gguf
 from ..kernels.argmax import argmax_to
-from ..kernels.attn_decode import default_n_split
+from ..kernels.attn_decode import AttnConfig, default_n_split
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable
 from .decode import DecodeBuffers, DecodeState, DecodeStep, GraphRunner
 from .weights import DeviceWeights
@@ -33,7 +33,7 @@ def _interpreting() -> bool:
 
 class TritonEngine:
     def __init__(self, model: GGUFModel, device="cuda", max_context: int = 32768, *, use_graph: bool | None = None,
-                 gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_block_t: int = 64,
+                 gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  n_split: int | None = None, gdn_block_v: int | None = None, gdn_pdl: bool | None = None,
                  pdl: bool = False):
         dev = torch.device(device)
@@ -57,7 +57,7 @@ class TritonEngine:
             n_split = default_n_split(self.max_context, self.config.n_kv_head, n_sm)
         self.state = DecodeState(self.config, self.max_context, dev)
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
-        self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_block_t=attn_block_t,
+        self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_config=attn_config,
                                gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl)
         self.use_graph = (dev.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and dev.type != "cuda":

@@ -9,6 +9,7 @@ derived from the position on the device. Input: the attention projection buffer
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -56,7 +57,8 @@ def _attn_prep_kernel(p_proj, p_qn, p_kn, p_pos, p_q, p_kc, p_vc, n_head, n_kv_h
 @triton.jit
 def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_scale_log2,
                          G: tl.constexpr, GP: tl.constexpr, DH: tl.constexpr, BT: tl.constexpr,
-                         NSPLIT: tl.constexpr, PDL: tl.constexpr = False):
+                         NSPLIT: tl.constexpr, LOWP: tl.constexpr = False, WIDEN: tl.constexpr = False,
+                         PDL: tl.constexpr = False):
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
@@ -71,6 +73,13 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
     gmask = g < G
     q = tl.load(p_q + (i_kv * G + g)[:, None] * DH + d[None, :], mask=gmask[:, None], other=0.0)
     q = q * qk_scale_log2  # scores come out in log2 units
+    # LOWP: both dots on the cache dtype's tensor cores (fp32 accumulate), K/V never widened. WIDEN
+    # (the interpreter, whose bf16 dot multiplies raw bits in Triton 3.9): the same rounded
+    # operands, widened to fp32 for the dot, which is exact for bf16 products.
+    if LOWP:
+        q = q.to(p_kc.dtype.element_ty)
+        if WIDEN:
+            q = q.to(tl.float32)
     m = tl.full([GP], float("-inf"), tl.float32)
     l = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, DH], tl.float32)
@@ -80,14 +89,22 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
         tmask = tt < end
         rows = tt.to(tl.int64) * n_kv_head + i_kv
         k = tl.load(p_kc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k.to(tl.float32)))  # [GP, BT]; fp32 operands (tf32 on the GPU)
+        if LOWP and not WIDEN:
+            s = tl.dot(q, tl.trans(k))
+        else:
+            s = tl.dot(q, tl.trans(k.to(tl.float32)))  # [GP, BT]; fp32 operands (tf32 on the GPU)
         s = tl.where(tmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
         v = tl.load(p_vc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        if LOWP and not WIDEN:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        elif LOWP:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
         m = m_new
     heads = i_kv * G + g
     tl.store(p_m + heads * NSPLIT + i_s, m, mask=gmask)
@@ -98,16 +115,17 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
 
 @triton.jit
 def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLIT: tl.constexpr,
-                         SB: tl.constexpr, PDL: tl.constexpr = False):
-    """Merge the splits of head i_h, SB splits at a time (a [NSPLIT, DH] tile at once spilled at
-    NSPLIT=128: 255 registers + spills at the 0.8B shape), then apply the output gate."""
+                         SB: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False):
+    """Merge the splits of head i_h over the head-dim slice i_d (DB wide), SB splits at a time (a
+    [NSPLIT, DH] tile at once spilled at NSPLIT=128: 255 registers + spills at the 0.8B shape),
+    then apply the output gate."""
     if PDL:
         gdc_launch_dependents()
         gdc_wait()
     i_h = tl.program_id(0)
-    d = tl.arange(0, DH)
+    d = tl.program_id(1) * DB + tl.arange(0, DB)
     m_all = tl.max(tl.load(p_m + i_h * NSPLIT + tl.arange(0, NSPLIT)), axis=0)
-    o = tl.zeros([DH], tl.float32)
+    o = tl.zeros([DB], tl.float32)
     den = tl.zeros([1], tl.float32)
     for s0 in tl.static_range(0, NSPLIT, SB):
         s = s0 + tl.arange(0, SB)
@@ -120,6 +138,23 @@ def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLI
         den += tl.sum(l * w, axis=0)
     z = tl.load(p_proj + i_h * 2 * DH + DH + d)  # the head's output-gate logits
     tl.store(p_out + i_h * DH + d, o / den / (1.0 + tl.exp(-z)))
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    """Launch choices of the decode attention (the split count lives in AttnWorkspace: it sizes buffers)."""
+
+    block_t: int = 64  # cache rows per step of a split's loop
+    num_warps: int | None = None  # None: 4 on the GPU, 1 under the interpreter
+    num_stages: int | None = None  # software-pipelining depth of the partial kernel (None: Triton's)
+    lowp: bool = False  # q and p in the cache dtype for the two dots (fp32 accumulate)
+    combine_block_d: int | None = None  # head-dim slice per combine program (None: the whole head)
+
+    def __post_init__(self):
+        for name in ("block_t", "combine_block_d"):
+            v = getattr(self, name)
+            if v is not None and (v < 16 or triton.next_power_of_2(v) != v):
+                raise ValueError(f"AttnConfig.{name} must be a power of two >= 16, got {v}")
 
 
 class AttnWorkspace:
@@ -141,9 +176,10 @@ def default_n_split(max_context: int, n_kv_head: int, n_sm: int = 132) -> int:
 
 def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: AttnWorkspace, *, n_head: int,
                      n_kv_head: int, head_dim: int, rope_dims: int, rope_base: float, eps: float = 1e-6,
-                     block_t: int = 64, num_warps: int | None = None, pdl: bool = False) -> torch.Tensor:
+                     config: AttnConfig | None = None, pdl: bool = False) -> torch.Tensor:
     """Gated attention output [Hq*Dh] for the token at device position `pos` (int32 [1]); appends K/V."""
     dh = head_dim
+    cfg = config or AttnConfig()
     need = 2 * n_head * dh + 2 * n_kv_head * dh
     if proj.shape != (need,) or proj.dtype != torch.float32:
         raise ValueError(f"attention_decode: proj must be fp32 [{need}], got {tuple(proj.shape)} {proj.dtype}")
@@ -155,16 +191,19 @@ def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: A
         raise ValueError(f"attention_decode: out must be [{n_head * dh}] and pos an int32 scalar tensor")
     if triton.next_power_of_2(dh) != dh or rope_dims % 2 or rope_dims > dh:
         raise ValueError(f"attention_decode: head_dim {dh} must be a power of two, rope_dims {rope_dims} even <= it")
+    db = min(cfg.combine_block_d or dh, dh)
     g = n_head // n_kv_head
     cpu = proj.device.type == "cpu"
-    nw = num_warps or (1 if cpu else 4)
+    nw = cfg.num_warps or (1 if cpu else 4)
+    stages = {} if cfg.num_stages is None else {"num_stages": cfg.num_stages}
     pdl, pkw = pdl_launch(pdl, proj.device, "attention_decode")
     _attn_prep_kernel[(n_head + n_kv_head,)](proj, q_norm_w, k_norm_w, pos, ws.q, k_cache, v_cache, n_head, n_kv_head,
                                              float(eps), math.log2(rope_base), DH=dh, ROPE=rope_dims, PDL=pdl,
                                              num_warps=nw, **pkw)
     _attn_partial_kernel[(n_kv_head, ws.n_split)](
         ws.q, k_cache, v_cache, pos, ws.m, ws.l, ws.acc, n_kv_head, LOG2E / math.sqrt(dh),
-        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=block_t, NSPLIT=ws.n_split, PDL=pdl, num_warps=nw, **pkw)
-    _attn_combine_kernel[(n_head,)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split,
-                                    SB=min(ws.n_split, 16), PDL=pdl, num_warps=nw, **pkw)
+        G=g, GP=max(16, triton.next_power_of_2(g)), DH=dh, BT=cfg.block_t, NSPLIT=ws.n_split, LOWP=cfg.lowp, WIDEN=cpu,
+        PDL=pdl, num_warps=nw, **stages, **pkw)
+    _attn_combine_kernel[(n_head, dh // db)](ws.m, ws.l, ws.acc, proj, out, DH=dh, NSPLIT=ws.n_split,
+                                             SB=min(ws.n_split, max(16, 4096 // db)), DB=db, PDL=pdl, num_warps=nw, **pkw)
     return out

@@ -16,7 +16,7 @@ def rope_half_split(x: torch.Tensor, pos: int, rope_dims: int, base: float) -> t
 
 def attention_decode_naive(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws=None, *, n_head: int,
                            n_kv_head: int, head_dim: int, rope_dims: int, rope_base: float, eps: float = 1e-6,
-                           block_t=None, num_warps=None, pdl=False):
+                           config=None, pdl=False):
     dh, p = head_dim, int(pos.item())
     x = proj.double()
     qg = x[: 2 * n_head * dh].view(n_head, 2, dh)
