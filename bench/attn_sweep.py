@@ -227,7 +227,7 @@ def main(argv=None) -> int:
         bench = Bench(model, depths)
         ctx = bench.ctx
         r = rec["models"][model] = {"ctx": ctx, "attention_layers": bench.n_layers,
-                                    "default": {"n_split": default_n_split(ctx, bench.cfg.n_kv_head, rec["gpu_sms"]),
+                                    "default": {"n_split": default_n_split(ctx, rec["gpu_sms"]),
                                                 "config": asdict(AttnConfig())}}
         log(f"{model}: ctx {ctx}, {bench.n_layers} attention layers")
         base = [(r["default"]["n_split"], AttnConfig(num_warps=4))]

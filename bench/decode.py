@@ -409,6 +409,7 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         "default": {},
         # the decode attention before the 2026-12-01 sweep (bench/attn_sweep.py): tf32 dots, 64-row
         # blocks, splits = next power of two of min(SMs / Hkv, ctx / 256)
+        "attn_pdl": {"pdl": True},  # PDL for the attention (and argmax) launches too
         "attn_before": {"attn_config": AttnConfig(block_t=64, num_warps=4),
                         "n_split": _legacy_n_split(max_ctx, model_name)},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},

@@ -54,7 +54,7 @@ class TritonEngine:
         self.weights = DeviceWeights(model, dev)
         if n_split is None:
             n_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
-            n_split = default_n_split(self.max_context, self.config.n_kv_head, n_sm)
+            n_split = default_n_split(self.max_context, n_sm)
         self.state = DecodeState(self.config, self.max_context, dev)
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
         self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_config=attn_config,

@@ -141,7 +141,7 @@ def record_decode_launches(cfg: ModelConfig, *, n_sm: int = 132, max_context: in
         step_options["gemv_config"] = sm90_table()
     w = meta_weights(cfg, mix)
     state = DecodeState(cfg, max_context, META)
-    bufs = DecodeBuffers(cfg, max_context, META, default_n_split(max_context, cfg.n_kv_head, n_sm))
+    bufs = DecodeBuffers(cfg, max_context, META, default_n_split(max_context, n_sm))
     step = DecodeStep(w, state, bufs, **step_options)
     with _Recorder() as rec:
         step()

@@ -142,13 +142,17 @@ def _attn_combine_kernel(p_m, p_l, p_acc, p_proj, p_out, DH: tl.constexpr, NSPLI
 
 @dataclass(frozen=True)
 class AttnConfig:
-    """Launch choices of the decode attention (the split count lives in AttnWorkspace: it sizes buffers)."""
+    """Launch choices of the decode attention (the split count lives in AttnWorkspace: it sizes buffers).
 
-    block_t: int = 64  # cache rows per step of a split's loop
+    The defaults are the fastest correct choice at 0.8B, 4B and 9B on the H200 at depths 0, 4096 and
+    16384 together (bench/attn_sweep.py, receipt attn-sweep-20261201T094039Z.json: 16k at 0.8B went
+    from 30.0 to 19.0 us per layer, depth 0 from 11.1 to 7.3)."""
+
+    block_t: int = 32  # cache rows per step of a split's loop
     num_warps: int | None = None  # None: 4 on the GPU, 1 under the interpreter
-    num_stages: int | None = None  # software-pipelining depth of the partial kernel (None: Triton's)
-    lowp: bool = False  # q and p in the cache dtype for the two dots (fp32 accumulate)
-    combine_block_d: int | None = None  # head-dim slice per combine program (None: the whole head)
+    num_stages: int | None = 3  # software-pipelining depth of the partial kernel (None: Triton's)
+    lowp: bool = True  # q and p in the cache dtype for the two dots (fp32 accumulate)
+    combine_block_d: int | None = 64  # head-dim slice per combine program (None: the whole head)
 
     def __post_init__(self):
         for name in ("block_t", "combine_block_d"):
@@ -168,10 +172,12 @@ class AttnWorkspace:
         self.acc = torch.zeros(n_head * n_split * head_dim, device=device)
 
 
-def default_n_split(max_context: int, n_kv_head: int, n_sm: int = 132) -> int:
-    """Splits so that Hkv * splits covers the SMs once the context is long, as a power of two."""
-    want = max(1, min(triton.cdiv(n_sm, n_kv_head), triton.cdiv(max_context, 256)))
-    return triton.next_power_of_2(want)
+def default_n_split(max_context: int, n_sm: int = 132) -> int:
+    """Splits (a power of two): one per 256 tokens of context, at most about half the SMs. Measured
+    on the H200 (132 SMs, bench/attn_sweep.py): 64 splits beat 32, 128 and 256 at 16k for Hkv = 2
+    and 4 (the combine's cost grows with the split count, and 64 x Hkv = 2 fills one wave)."""
+    cap = 1 << max(0, (max(1, n_sm // 2)).bit_length() - 1)  # largest power of two <= n_sm / 2
+    return max(1, min(cap, triton.next_power_of_2(triton.cdiv(max_context, 256))))
 
 
 def attention_decode(proj, q_norm_w, k_norm_w, pos, k_cache, v_cache, out, ws: AttnWorkspace, *, n_head: int,

@@ -9,9 +9,9 @@ def _rel(a, b):
 
 
 CONFIGS = {
-    "tf32": AttnConfig(block_t=16),
-    "lowp": AttnConfig(block_t=16, lowp=True),
-    "lowp_bt32_d64": AttnConfig(block_t=32, lowp=True, combine_block_d=64),
+    "tf32": AttnConfig(block_t=16, lowp=False, combine_block_d=None, num_stages=None),
+    "lowp": AttnConfig(block_t=16, lowp=True, combine_block_d=None),
+    "default": AttnConfig(),
 }
 
 

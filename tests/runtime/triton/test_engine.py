@@ -41,7 +41,8 @@ def test_decode_matches_hf_reference_logits_on_f32_file(f32_model):
     eng = load_triton_engine(f32_model, device=_device(), max_context=128)
     got = torch.stack([eng.decode(int(t)).cpu() for t in prompt])
     rel = (got - ref).norm(dim=-1) / ref.norm(dim=-1)
-    assert rel.max() < 5e-3, rel  # bf16 KV cache; everything else fp32
+    # bf16 KV cache and bf16 q/p in the attention dots (max 5.8e-3 here; 4.0e-3 with tf32 dots), else fp32
+    assert rel.max() < 8e-3, rel
     assert _kl(ref, got).mean() < 1e-4
     assert eng.position == n
 
