@@ -410,6 +410,14 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         # the decode attention before the 2026-12-01 sweep (bench/attn_sweep.py): tf32 dots, 64-row
         # blocks, splits = next power of two of min(SMs / Hkv, ctx / 256)
         "attn_pdl": {"pdl": True},  # PDL for the attention (and argmax) launches too
+        # the sm_90 tile table with every launch under PDL (GEMVs, GDN step, attention, argmax), with and
+        # without the GEMVs' L2 prefetch of their weights before gdc_wait (9B lost 12 % with it)
+        "pdl_noprefetch": {"gemv_config": _table_with(pdl=True, prefetch=False), "pdl": True},
+        "pdl_prefetch": {"gemv_config": _table_with(pdl=True, prefetch=True), "pdl": True},
+        "table_stages1": {"gemv_config": _table_with(num_stages=1)},
+        "table_stages2": {"gemv_config": _table_with(num_stages=2)},
+        "table_stages4": {"gemv_config": _table_with(num_stages=4)},
+        "pdl_noprefetch_stages2": {"gemv_config": _table_with(pdl=True, prefetch=False, num_stages=2), "pdl": True},
         "attn_before": {"attn_config": AttnConfig(block_t=64, num_warps=4),
                         "n_split": _legacy_n_split(max_ctx, model_name)},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},
@@ -433,6 +441,17 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         "gemv_bn2_w8": {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)},
         "gemv_bn2_w8_pdl+gdn_pdl": {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8, pdl=True), "gdn_pdl": True},
     }
+
+
+def _table_with(**fields):
+    """The sm_90 default tile table with `fields` replaced in every entry and the fallback."""
+    from dataclasses import replace
+
+    from runtime.kernels.gemv import TileTable
+    from runtime.kernels.gemv.tiles import sm90_table
+
+    t = sm90_table()
+    return TileTable(tuple((k, replace(c, **fields)) for k, c in t.entries), replace(t.fallback, **fields))
 
 
 def _legacy_n_split(max_ctx: int, model_name: str | None) -> int:
@@ -591,7 +610,7 @@ def print_table(rec: Receipt) -> None:
     print("\nmodel variant                depth   tok/s   spread%  llama.cpp  ratio  BW-frac  depth-by")
     for shape, r in rec.data["models"].items():
         keys = [("tg128", "default"), ("tg128_best", r.get("best_variant", "-"))]
-        keys += [(k, k[len("tg128_at_"):]) for k in r if k.startswith("tg128_at_")]
+        keys += [(k, k[len("tg128_at_"):]) for k in r if k.startswith("tg128_at_") and "@" not in k]
         for key, label in keys:
             for depth, t in (r.get(key) or {}).items():
                 ratio = f"{t['ratio_vs_llama_cpp']:.2f}" if t.get("ratio_vs_llama_cpp") else "-"

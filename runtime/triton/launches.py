@@ -289,6 +289,7 @@ def main(argv=None) -> int:
 
         shape = args.shapes.split(",")[0]
         for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True},
+                     {"gemv_config": AutoTile(2, pdl=True, prefetch=False), "pdl": True},
                      {"gemv_config": AutoTile(2)}, {"gemv_config": AutoTile(3)},
                      {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
                      {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}):

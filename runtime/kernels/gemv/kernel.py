@@ -281,7 +281,7 @@ def _dot(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.constexpr,
 def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexpr):
     """Pull this program's weight rows into L2 (PDL prologue: weights do not depend on the previous
     kernel, so their DRAM latency overlaps its tail). Block-quantized rows only (byte strides)."""
-    if QT >= 3:
+    if QT >= 3 and LINES > 0:  # LINES = 0: PDL without the prefetch
         ln = tl.arange(0, LINES) * 128
         ptrs = p_w + rows[:, None] * row_bytes + tl.minimum(ln, row_bytes - 1)[None, :]
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
@@ -377,6 +377,7 @@ class GemvConfig:
     acc: int = 2  # 2 = per-element scaled accumulator reduced after the K loop; 1 = reduce every step
     num_stages: int | None = None  # software-pipelining depth of the K loop (None: Triton's default, 3 on sm_90)
     words: bool = False  # Q4_K/Q6_K rows loaded as int32 words and unpacked in registers (words.py)
+    prefetch: bool = True  # with pdl: pull the program's weight rows into L2 before waiting
 
 
 @dataclass(frozen=True)
@@ -394,6 +395,7 @@ class AutoTile:
     bn_scale: int = 1  # rows per program x this (x loads and unpack setup shared by more rows)
     num_warps: int | None = None  # override the heuristic's warps
     words: bool | None = None  # as GemvConfig.words; None = the path the heuristic was tuned for (v3: words)
+    prefetch: bool = True  # as GemvConfig.prefetch
 
 
 def tile_key(ws: Sequence[QWeight], swiglu: bool = False) -> str:
@@ -538,7 +540,7 @@ def resolve_config(config: GemvConfig | AutoTile | TileTable | None, ws: Sequenc
         heuristic = {1: auto_config, 2: auto_config_v2, 3: auto_config_v3}[config.version]
         tile = heuristic(ws, device, swiglu)
         return GemvConfig(tile.block_n * config.bn_scale, tile.block_b, config.num_warps or tile.num_warps,
-                          config.q6, config.pdl, config.acc, config.num_stages, words)
+                          config.q6, config.pdl, config.acc, config.num_stages, words, config.prefetch)
     return config
 
 
@@ -591,7 +593,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, PDL=pdl, LINES=lines if pdl else 1, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, PDL=pdl, LINES=(lines if cfg.prefetch else 0) if pdl else 1, num_warps=cfg.num_warps,
         **pdl_kw,
     )
     return out
