@@ -657,9 +657,14 @@ def main(argv=None) -> int:
 
         SAME_RUN_LLAMA_CPP.update(tg128_by_depth(json.loads(args.llama_cpp.read_text())), receipt=args.llama_cpp.name)
 
-    for p in args.tile_table:
+    from runtime.kernels.gemv.tiles import sm90_table
+
+    for p in args.tile_table:  # the sweep's tiles over the sm_90 default table (a sweep of some shapes only)
         sweep = json.loads(p.read_text())
-        TILE_TABLES[sweep["model"]] = TileTable.from_dict(sweep["table"])
+        base = sm90_table()
+        swept = TileTable.from_dict(sweep["table"])
+        merged = dict(base.entries) | dict(swept.entries)
+        TILE_TABLES[sweep["model"]] = TileTable(tuple(sorted(merged.items())), base.fallback)
     args.depths = [int(d) for d in args.depths.split(",") if d]
     args.reference_shapes = set(args.reference_shapes.split(","))
     args.gguf = dict(kv.split("=", 1) for kv in args.gguf)

@@ -39,15 +39,17 @@ def config(name: str):
     autos = {"bytes_v2": AutoTile(2, words=False), "words_v3": AutoTile(3, words=True)}
     if name in autos:
         return autos[name]
-    path, _, tile = name.partition("_")
+    base, q6once, _ = name.partition("_q6once")  # suffix: Q6_K's qh read once (GemvConfig.q6 = 2)
+    path, _, tile = base.partition("_")
     try:
         bn, rest = tile.split("x")
         bb, nw = rest.split("w")
         if path not in ("bytes", "words"):
             raise ValueError(path)
-        return GemvConfig(int(bn), int(bb), int(nw), words=path == "words")
+        return GemvConfig(int(bn), int(bb), int(nw), q6=2 if q6once else 1, words=path == "words")
     except ValueError:
-        raise ValueError(f"bad config name {name!r}: bytes_v2, words_v3 or {{bytes|words}}_<BN>x<BB>w<warps>") from None
+        raise ValueError(f"bad config name {name!r}: bytes_v2, words_v3 or "
+                         f"{{bytes|words}}_<BN>x<BB>w<warps>[_q6once]") from None
 
 
 def record_calls(eng) -> list[tuple]:
@@ -129,7 +131,7 @@ def applies(config, ws, swiglu) -> bool:
     return True
 
 
-def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None) -> dict:
+def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None, only: list[str] | None = None) -> dict:
     """Every group's configs; on_group(results so far) after each group (the receipt is rewritten
     then, so a step timeout keeps what was measured)."""
     calls = record_calls(eng)
@@ -139,6 +141,8 @@ def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None) -> dic
     cfgs = {n: config(n) for n in names}
     out = {}
     for key, gcalls in groups.items():
+        if only and not any(o in key for o in only):
+            continue
         ws0, kw0 = gcalls[0][1], gcalls[0][3]
         swiglu = kw0.get("swiglu", False)
         nbytes = sum(w.nbytes for w in ws0)
@@ -181,6 +185,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma list of config names (see config())")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--copy-to", type=Path, default=None)
+    ap.add_argument("--groups", default="", help="comma list of substrings: sweep only launch shapes whose key has one")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/gemv_sweep.py needs a CUDA device", file=sys.stderr)
@@ -208,7 +213,7 @@ def main(argv=None) -> int:
             p.parent.mkdir(parents=True, exist_ok=True)  # a copy outside $OUT: the next call on a warm machine
             p.write_text(json.dumps(res, indent=1))
 
-    groups = sweep(eng, names, args.reps, on_group=save)
+    groups = sweep(eng, names, args.reps, on_group=save, only=[g for g in args.groups.split(",") if g])
     save(groups)
     print(f"\nsweep: {path} ({res['seconds']} s)")
     for key, g in groups.items():
