@@ -557,6 +557,9 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
     r["gguf_file"] = str(path)
     if not args.no_hash:
         step("gguf_sha256", lambda: sha256(path))
+    elif SAME_RUN_LLAMA_CPP.get("sha256_by_path", {}).get(str(path)):  # llama-bench's receipt hashed this file
+        r["gguf_sha256"] = SAME_RUN_LLAMA_CPP["sha256_by_path"][str(path)]
+        r["gguf_sha256_source"] = SAME_RUN_LLAMA_CPP["receipt"]
     model = load_gguf(path)
     max_ctx = max(args.depths) + 128 + 64
     eng = TritonEngine(model, "cuda", max_ctx)
@@ -619,7 +622,7 @@ def print_table(rec: Receipt) -> None:
                 print(f"{shape:5} {label[:22]:22} {depth:>6} {t['median']:7.1f}  {t['spread_pct']:6.1f}"
                       f"  {lc:>9}  {ratio:>5}  {bw:>7}  {t.get('depth_method')}")
     if SAME_RUN_LLAMA_CPP:
-        print(f"* llama.cpp in this call: {SAME_RUN_LLAMA_CPP['receipt']}")
+        print(f"* llama.cpp from {SAME_RUN_LLAMA_CPP['receipt']} (llama-bench on the same GGUF files)")
 
 
 def main(argv=None) -> int:
@@ -648,14 +651,17 @@ def main(argv=None) -> int:
                     help="bench/gemv_sweep.py output: adds variants 'table' and 'table_pdl' for its model")
     ap.add_argument("--depth-variants", default="", help="comma list of variants also timed at every depth")
     ap.add_argument("--llama-cpp", type=Path, metavar="RECEIPT",
-                    help="bench/llamacpp_receipt.py output of this call: its tg128 figures for the ratios")
+                    help="bench/llamacpp_receipt.py output (made in the same call, for a same-run ratio): "
+                         "its tg128 figures for the ratios")
     args = ap.parse_args(argv)
     from runtime.kernels.gemv import TileTable
 
     if args.llama_cpp:
         from bench.llamacpp_receipt import tg128_by_depth
 
-        SAME_RUN_LLAMA_CPP.update(tg128_by_depth(json.loads(args.llama_cpp.read_text())), receipt=args.llama_cpp.name)
+        lrec = json.loads(args.llama_cpp.read_text())
+        SAME_RUN_LLAMA_CPP.update(tg128_by_depth(lrec), receipt=args.llama_cpp.name,
+                                  sha256_by_path={r["path"]: r["gguf_sha256"] for r in lrec["results"] if r.get("path")})
 
     from runtime.kernels.gemv.tiles import sm90_table
 

@@ -33,7 +33,7 @@ def results(shape: str, gguf: Path, bench_json: Path, digest: str) -> list[dict]
                          "n_depth": t.get("n_depth", 0), "median": None, "reason": "llama-bench gave no samples"})
             continue
         med = statistics.median(ts)
-        rows.append({"shape": shape, "file": gguf.name, "gguf_sha256": digest, "n_prompt": t["n_prompt"],
+        rows.append({"shape": shape, "file": gguf.name, "path": str(gguf), "gguf_sha256": digest, "n_prompt": t["n_prompt"],
                      "n_gen": t["n_gen"], "n_depth": t.get("n_depth", 0), "samples_tok_s": ts, "n": len(ts),
                      "median": med, "spread_pct": 100 * (max(ts) - min(ts)) / med,
                      "llama_build_commit": t.get("build_commit"), "gpu_info": t.get("gpu_info"),
