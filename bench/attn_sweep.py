@@ -62,7 +62,7 @@ def stage_b(best: list[tuple[int, AttnConfig]]) -> list[tuple[int, AttnConfig]]:
     return out
 
 
-def _inputs(cfg, ctx: int, n_split: int, dev):
+def _inputs(cfg, ctx: int, dev):
     dh = cfg.head_dim
     kc = (torch.randn(ctx, cfg.n_kv_head, dh, device=dev) * 0.5).to(torch.bfloat16)
     vc = torch.randn(ctx, cfg.n_kv_head, dh, device=dev).to(torch.bfloat16)
@@ -81,7 +81,7 @@ def compile_one(model: str, n_split: int, c: AttnConfig) -> str | None:
     try:
         cfg = shape(model)
         dev = torch.device(DEVICE)
-        kc, vc, proj, qn, kn = _inputs(cfg, 64, n_split, dev)
+        kc, vc, proj, qn, kn = _inputs(cfg, 64, dev)
         ws = AttnWorkspace(cfg.n_head, cfg.head_dim, n_split, dev)
         out = torch.empty(cfg.n_head * cfg.head_dim, device=dev)
         attention_decode(proj, qn, kn, torch.tensor([3], dtype=torch.int32, device=dev), kc, vc, out, ws,
@@ -112,7 +112,7 @@ class Bench:
         self.ctx = max(depths) + CTX_PAD
         self.dev = torch.device(DEVICE)
         self.n_layers = len(cfg.attention_layers)
-        self.layers = [_inputs(cfg, self.ctx, 1, self.dev) for _ in range(self.n_layers)]
+        self.layers = [_inputs(cfg, self.ctx, self.dev) for _ in range(self.n_layers)]
         self.outs = [torch.empty(cfg.n_head * cfg.head_dim, device=self.dev) for _ in range(self.n_layers)]
         self.pos = torch.zeros(1, dtype=torch.int32, device=self.dev)
 

@@ -407,8 +407,6 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         "words_pdl": {"gemv_config": AutoTile(3, words=True, pdl=True), "gdn_pdl": True},
         **table,
         "default": {},
-        # the decode attention before the 2026-12-01 sweep (bench/attn_sweep.py): tf32 dots, 64-row
-        # blocks, splits = next power of two of min(SMs / Hkv, ctx / 256)
         "attn_pdl": {"pdl": True},  # PDL for the attention (and argmax) launches too
         # the sm_90 tile table with every launch under PDL (GEMVs, GDN step, attention, argmax), with and
         # without the GEMVs' L2 prefetch of their weights before gdc_wait (9B lost 12 % with it)
@@ -418,6 +416,8 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         "table_stages2": {"gemv_config": _table_with(num_stages=2)},
         "table_stages4": {"gemv_config": _table_with(num_stages=4)},
         "pdl_noprefetch_stages2": {"gemv_config": _table_with(pdl=True, prefetch=False, num_stages=2), "pdl": True},
+        # the decode attention before the 2026-12-01 sweep (bench/attn_sweep.py): tf32 dots, 64-row
+        # blocks, splits = next power of two of min(SMs / Hkv, ctx / 256)
         "attn_before": {"attn_config": AttnConfig(block_t=64, num_warps=4),
                         "n_split": _legacy_n_split(max_ctx, model_name)},
         "gemv_tiles_v1": {"gemv_config": AutoTile(1)},

@@ -33,8 +33,8 @@ def results(shape: str, gguf: Path, bench_json: Path, digest: str) -> list[dict]
                          "n_depth": t.get("n_depth", 0), "median": None, "reason": "llama-bench gave no samples"})
             continue
         med = statistics.median(ts)
-        rows.append({"shape": shape, "file": gguf.name, "path": str(gguf), "gguf_sha256": digest, "n_prompt": t["n_prompt"],
-                     "n_gen": t["n_gen"], "n_depth": t.get("n_depth", 0), "samples_tok_s": ts, "n": len(ts),
+        rows.append({"shape": shape, "file": gguf.name, "path": str(gguf), "gguf_sha256": digest,
+                     "n_prompt": t["n_prompt"], "n_gen": t["n_gen"], "n_depth": t.get("n_depth", 0), "samples_tok_s": ts, "n": len(ts),
                      "median": med, "spread_pct": 100 * (max(ts) - min(ts)) / med,
                      "llama_build_commit": t.get("build_commit"), "gpu_info": t.get("gpu_info"),
                      "type_k": t.get("type_k"), "flash_attn": t.get("flash_attn"), "n_ubatch": t.get("n_ubatch")})

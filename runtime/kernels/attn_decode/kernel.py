@@ -78,8 +78,8 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
     # operands, widened to fp32 for the dot, which is exact for bf16 products.
     if LOWP:
         q = q.to(p_kc.dtype.element_ty)
-        if WIDEN:
-            q = q.to(tl.float32)
+    if WIDEN or not LOWP:
+        q = q.to(tl.float32)  # q.dtype is the dots' operand type from here on
     m = tl.full([GP], float("-inf"), tl.float32)
     l = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, DH], tl.float32)
@@ -89,22 +89,16 @@ def _attn_partial_kernel(p_q, p_kc, p_vc, p_pos, p_m, p_l, p_acc, n_kv_head, qk_
         tmask = tt < end
         rows = tt.to(tl.int64) * n_kv_head + i_kv
         k = tl.load(p_kc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
-        if LOWP and not WIDEN:
-            s = tl.dot(q, tl.trans(k))
-        else:
-            s = tl.dot(q, tl.trans(k.to(tl.float32)))  # [GP, BT]; fp32 operands (tf32 on the GPU)
+        s = tl.dot(q, tl.trans(k.to(q.dtype)))  # [GP, BT]; fp32 operands are tf32 on the GPU
         s = tl.where(tmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
         v = tl.load(p_vc + rows[:, None] * DH + d[None, :], mask=tmask[:, None], other=0.0)
-        if LOWP and not WIDEN:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        elif LOWP:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        if LOWP:
+            p = p.to(v.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
         m = m_new
     heads = i_kv * G + g
     tl.store(p_m + heads * NSPLIT + i_s, m, mask=gmask)
