@@ -260,11 +260,11 @@ def reference_check(eng, seeds=(0, 1, 2), positions: int = 256) -> dict:
             "seeds": list(seeds), "pass": bool(kl.mean() <= 0.01 and agree / n >= 0.98)}
 
 
-def graph_vs_eager(model, max_context: int) -> dict:
+def graph_vs_eager(model, max_context: int, **options) -> dict:
     from runtime.triton.engine import TritonEngine
 
     res = {}
-    engs = {k: TritonEngine(model, "cuda", max_context, use_graph=k == "graph") for k in ("eager", "graph")}
+    engs = {k: TritonEngine(model, "cuda", max_context, use_graph=k == "graph", **options) for k in ("eager", "graph")}
     for e in engs.values():
         e.decode(11)
     ids = {k: e.generate_greedy(64) for k, e in engs.items()}
@@ -429,6 +429,9 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         "gdn_pdl": {"gdn_pdl": True},
         "gemv_pdl+gdn_pdl": {"gemv_config": AutoTile(2, pdl=True), "gdn_pdl": True},
         "all_pdl": {"gemv_config": AutoTile(2, pdl=True), "pdl": True},
+        # Q4_K GEMVs against int8 x (dp4a, runtime/kernels/gemv/q8dot.py): every table entry, or the SwiGLU ones
+        "x8": {"gemv_config": _table_with(x8=True)},
+        "x8_swiglu": {"gemv_config": _table_with(x8=True, only="swiglu")},
         "gdn_split_bv64": {"gdn_block_v": 64},
         "gdn_split_bv32": {"gdn_block_v": 32},
         "gdn_split_bv16": {"gdn_block_v": 16},
@@ -443,15 +446,17 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
     }
 
 
-def _table_with(**fields):
-    """The sm_90 default tile table with `fields` replaced in every entry and the fallback."""
+def _table_with(only: str | None = None, **fields):
+    """The sm_90 default tile table with `fields` replaced in every entry and the fallback, or only
+    in the entries whose key contains `only`."""
     from dataclasses import replace
 
     from runtime.kernels.gemv import TileTable
     from runtime.kernels.gemv.tiles import sm90_table
 
     t = sm90_table()
-    return TileTable(tuple((k, replace(c, **fields)) for k, c in t.entries), replace(t.fallback, **fields))
+    return TileTable(tuple((k, replace(c, **fields) if only is None or only in k else c) for k, c in t.entries),
+                     t.fallback if only is not None else replace(t.fallback, **fields))
 
 
 def _legacy_n_split(max_ctx: int, model_name: str | None) -> int:
@@ -570,7 +575,7 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
     if not args.skip_checks:
         step("kernel_checks", lambda: kernel_checks(eng))
         step("graph_vs_eager", lambda: graph_vs_eager(model, 512))
-        if shape in args.reference_shapes:
+        if shape in args.reference_shapes and not args.skip_default_reference:
             step("reference_check", lambda: reference_check(eng, positions=args.ref_positions))
     best = "default"
     if len(args.variants) > 1:
@@ -586,7 +591,12 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
     for name in args.depth_variants:  # named variants timed at every depth as well (one engine at a time)
         del eng
         torch.cuda.empty_cache()
-        eng = TritonEngine(model, "cuda", max_ctx, **engine_variant_options(model.config.name, max_ctx)[name])
+        opts = engine_variant_options(model.config.name, max_ctx)[name]
+        eng = TritonEngine(model, "cuda", max_ctx, **opts)
+        if name in args.check_variants:  # the checks the default engine gets, on this variant
+            step(f"graph_vs_eager_{name}", lambda: graph_vs_eager(model, 512, **opts))
+            if shape in args.reference_shapes:
+                step(f"reference_check_{name}", lambda: reference_check(eng, positions=args.ref_positions))
         time_depths(eng, shape, args, r, f"tg128_at_{name}", step, copy_bw)
     if args.gemv_tiles:
         step("gemv_variants", lambda: gemv_variants(eng))
@@ -650,6 +660,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tile-table", action="append", default=[], type=Path, metavar="SWEEP_JSON",
                     help="bench/gemv_sweep.py output: adds variants 'table' and 'table_pdl' for its model")
     ap.add_argument("--depth-variants", default="", help="comma list of variants also timed at every depth")
+    ap.add_argument("--check-variants", default="", help="comma list of --depth-variants that also get graph == eager "
+                                                         "and (--reference-shapes) the fp32 reference check")
+    ap.add_argument("--skip-default-reference", action="store_true",
+                    help="no reference check on the default engine (the --check-variants ones still run)")
     ap.add_argument("--llama-cpp", type=Path, metavar="RECEIPT",
                     help="bench/llamacpp_receipt.py output (made in the same call, for a same-run ratio): "
                          "its tg128 figures for the ratios")
@@ -683,6 +697,9 @@ def main(argv=None) -> int:
         ap.error(f"unknown --variants {unknown}; known: {', '.join(sorted(known))}")
     args.variants = ["default"] + [n for n in names if n != "default"]
     args.depth_variants = [n for n in args.depth_variants.split(",") if n]
+    args.check_variants = [n for n in args.check_variants.split(",") if n]
+    if set(args.check_variants) - set(args.depth_variants):
+        ap.error("--check-variants must be among --depth-variants")
     if set(args.depth_variants) - set(engine_variant_options()):
         ap.error(f"unknown --depth-variants {sorted(set(args.depth_variants) - set(engine_variant_options()))}")
     if not torch.cuda.is_available():

@@ -21,6 +21,7 @@ from ..kernels.gdn_decode import gdn_decode_step
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
 from ..kernels.gemv.kernel import resolve_config
 from ..kernels.gemv.tiles import default_config
+from ..kernels.quant_x import Q8Vector
 from .weights import DeviceWeights
 
 
@@ -66,6 +67,8 @@ class DecodeBuffers:
         self.logits = torch.zeros(cfg.vocab_size, **f32)
         self.gdn_ssq = torch.zeros(cfg.n_v_head * cfg.ssm_head_dim, **f32)  # split GDN step: partial sums of o^2
         self.attn = AttnWorkspace(cfg.n_head, cfg.head_dim, n_split, device)
+        # int8 blocks of the current GEMV input (GemvConfig.x8 launches), sized for the widest
+        self.q8 = Q8Vector.empty(max(cfg.d_model, cfg.d_ffn, cfg.value_dim, cfg.n_head * cfg.head_dim), device)
         self.argmax = ArgmaxWorkspace(cfg.vocab_size, device)
 
 
@@ -105,25 +108,25 @@ class DecodeStep:
             p = f"blk.{layer}."
             if cfg.is_attention(layer):
                 gemv(h, [mat[p + "attn_q.weight"], mat[p + "attn_k.weight"], mat[p + "attn_v.weight"]], b.proj_attn,
-                     norm_weight=vec[p + "attn_norm.weight"], eps=eps, config=gc)
+                     norm_weight=vec[p + "attn_norm.weight"], eps=eps, config=gc, q8=b.q8)
                 attention_decode(b.proj_attn, vec[p + "attn_q_norm.weight"], vec[p + "attn_k_norm.weight"], s.pos,
                                  s.k_cache[i_attn], s.v_cache[i_attn], b.o_attn, b.attn, n_head=cfg.n_head,
                                  n_kv_head=cfg.n_kv_head, head_dim=cfg.head_dim, rope_dims=cfg.rope_dims,
                                  rope_base=cfg.rope_base, eps=eps, config=self.attn_config, pdl=self.pdl)
-                gemv(b.o_attn, [mat[p + "attn_output.weight"]], h, residual=h, config=gc)
+                gemv(b.o_attn, [mat[p + "attn_output.weight"]], h, residual=h, config=gc, q8=b.q8)
                 i_attn += 1
             else:
                 gemv(h, self._in_proj_matrices(layer), b.proj_gdn, norm_weight=vec[p + "attn_norm.weight"], eps=eps,
-                     conv_state=s.conv[i_gdn], conv_weight=vec[p + "ssm_conv1d.weight"], config=gc)
+                     conv_state=s.conv[i_gdn], conv_weight=vec[p + "ssm_conv1d.weight"], config=gc, q8=b.q8)
                 gdn_decode_step(b.proj_gdn, s.ssm[i_gdn], vec[p + "ssm_a"], vec[p + "ssm_dt.bias"],
                                 vec[p + "ssm_norm.weight"], b.y_gdn, n_k_head=cfg.n_k_head, eps=eps,
                                 block_v=self.gdn_block_v, ssq=b.gdn_ssq, pdl=self.gdn_pdl)
-                gemv(b.y_gdn, [mat[p + "ssm_out.weight"]], h, residual=h, config=gc)
+                gemv(b.y_gdn, [mat[p + "ssm_out.weight"]], h, residual=h, config=gc, q8=b.q8)
                 i_gdn += 1
             gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,
-                 norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc)
-            gemv(b.ffn, [mat[p + "ffn_down.weight"]], h, residual=h, config=gc)
-        gemv(h, [w.lm_head], b.logits, norm_weight=vec["output_norm.weight"], eps=eps, config=gc)
+                 norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)
+            gemv(b.ffn, [mat[p + "ffn_down.weight"]], h, residual=h, config=gc, q8=b.q8)
+        gemv(h, [w.lm_head], b.logits, norm_weight=vec["output_norm.weight"], eps=eps, config=gc, q8=b.q8)
         argmax_to(b.logits, b.token, b.argmax, s.pos, pdl=self.pdl)  # next greedy token; position += 1
 
 

@@ -148,6 +148,17 @@ def record_decode_launches(cfg: ModelConfig, *, n_sm: int = 132, max_context: in
     return rec.launches
 
 
+def _sm90_table_x8():
+    """The sm_90 tile table with every entry on the int8-x (dp4a) path: the bench's x8 variant."""
+    from dataclasses import replace
+
+    from ..kernels.gemv import TileTable
+    from ..kernels.gemv.tiles import sm90_table
+
+    t = sm90_table()
+    return TileTable(tuple((k, replace(c, x8=True)) for k, c in t.entries), replace(t.fallback, x8=True))
+
+
 def unique_launches(launches: list[Launch]) -> list[Launch]:
     seen: dict[tuple, Launch] = {}
     for launch in launches:
@@ -292,7 +303,8 @@ def main(argv=None) -> int:
                      {"gemv_config": AutoTile(2, pdl=True, prefetch=False), "pdl": True},
                      {"gemv_config": AutoTile(2)}, {"gemv_config": AutoTile(3)},
                      {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
-                     {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}):
+                     {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}, {"gemv_config": AutoTile(3, x8=True)},
+                     {"gemv_config": _sm90_table_x8()}):
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)

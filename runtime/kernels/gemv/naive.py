@@ -12,7 +12,7 @@ from ...triton.weights import QWeight, dequantize_qweight
 def gemv_naive(x: torch.Tensor, weights: Sequence[QWeight], out: torch.Tensor | None = None, *,
                norm_weight: torch.Tensor | None = None, eps: float = 1e-6, residual: torch.Tensor | None = None,
                conv_state: torch.Tensor | None = None, conv_weight: torch.Tensor | None = None,
-               swiglu: bool = False, config=None) -> torch.Tensor:
+               swiglu: bool = False, config=None, q8=None) -> torch.Tensor:
     xd = x.double()
     if norm_weight is not None:
         xd = xd * torch.rsqrt(xd.pow(2).mean() + eps) * norm_weight.double()

@@ -107,3 +107,24 @@ def test_graph_path_equals_eager_path_token_for_token(q4_model):
     a, b = eager.generate_greedy(100), graph.generate_greedy(100)
     assert a == b
     assert torch.equal(eager.decode(a[-1]), graph.decode(b[-1]))
+
+
+def test_int8_x_gemvs_stay_within_the_accuracy_bar(q4_model, monkeypatch):
+    """Every Q4_K GEMV on int8 x (GemvConfig.x8): the logits stay where the default engine's are
+    (KL, top-1), and the int8 path really ran (quantize_x was launched for the Q4_K launches)."""
+    from runtime.kernels.gemv import AutoTile
+    from runtime.kernels.gemv import kernel as gemv_kernel
+
+    calls = []
+    real = gemv_kernel.quantize_x
+    monkeypatch.setattr(gemv_kernel, "quantize_x", lambda *a, **k: calls.append(1) or real(*a, **k))
+    toks = np.load(FIX / "prompt_ids.npy")[:8]
+    base = _run_tokens(load_triton_engine(q4_model, device=_device(), max_context=64, use_graph=False), toks)
+    assert not calls
+    eng = load_triton_engine(q4_model, device=_device(), max_context=64, use_graph=False,
+                             gemv_config=AutoTile(2, x8=True))
+    got = _run_tokens(eng, toks)
+    assert len(calls) >= 4 * len(toks)  # every layer's FFN at least
+    kl = _kl(base, got)
+    assert kl.mean() < 1e-3, kl
+    assert (got.argmax(-1) == base.argmax(-1)).float().mean() >= 0.98
