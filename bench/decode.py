@@ -566,7 +566,7 @@ def run_model(shape: str, args, rec: Receipt, copy_bw: dict | None) -> None:
         r["gguf_sha256"] = SAME_RUN_LLAMA_CPP["sha256_by_path"][str(path)]
         r["gguf_sha256_source"] = SAME_RUN_LLAMA_CPP["receipt"]
     model = load_gguf(path)
-    max_ctx = max(args.depths) + 128 + 64
+    max_ctx = max(max(args.depths) + 128 + 64, args.ref_positions + 64)  # the reference check decodes ref_positions
     eng = TritonEngine(model, "cuda", max_ctx)
     r["config"] = model.config.to_dict()
     r["weights_bytes"] = eng.weights.nbytes
@@ -700,8 +700,8 @@ def main(argv=None) -> int:
     args.check_variants = [n for n in args.check_variants.split(",") if n]
     if set(args.check_variants) - set(args.depth_variants):
         ap.error("--check-variants must be among --depth-variants")
-    if set(args.depth_variants) - set(engine_variant_options()):
-        ap.error(f"unknown --depth-variants {sorted(set(args.depth_variants) - set(engine_variant_options()))}")
+    if set(args.depth_variants) - known:
+        ap.error(f"unknown --depth-variants {sorted(set(args.depth_variants) - known)}")
     if not torch.cuda.is_available():
         print("bench/decode.py needs a CUDA device", file=sys.stderr)
         return 2

@@ -90,7 +90,9 @@ def _run(call, config):
 
 
 def _copy_call(call):
-    """The call on clones of its mutable tensors (out, residual alias, conv state)."""
+    """The call on clones of its mutable tensors (out, residual alias, conv state). Timing replays
+    mutate the live ones (the residual accumulates, the conv state shifts): copy a snapshot taken
+    before the first config ran, so every config is checked on the same inputs."""
     x, ws, out, kw = call
     kw = dict(kw)
     out_c = out.clone()
@@ -157,7 +159,8 @@ def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None, only: 
         ws0, kw0 = gcalls[0][1], gcalls[0][3]
         swiglu = kw0.get("swiglu", False)
         nbytes = sum(w.nbytes for w in ws0)
-        ref = _run(_copy_call(gcalls[0]), AutoTile(2)).clone()
+        first = _copy_call(gcalls[0])  # the snapshot every config's check starts from
+        ref = _run(_copy_call(first), AutoTile(2)).clone()
         rows = []
         for name in names:
             cfg = cfgs[name]
@@ -165,7 +168,7 @@ def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None, only: 
                 continue
             r = {"name": name, "config": asdict(resolve_config(cfg, ws0, "cuda", swiglu)), "tolerance": tolerance(cfg)}
             try:
-                r["rel_err"] = rel_err(_run(_copy_call(gcalls[0]), cfg), ref)
+                r["rel_err"] = rel_err(_run(_copy_call(first), cfg), ref)
                 r["us"] = time_group(gcalls, cfg, reps)
                 r["GBps"] = nbytes / (r["us"] * 1e-6) / 1e9
             except Exception as e:  # report and go on: one failing tile must not end the sweep
