@@ -61,16 +61,20 @@ def tolerance(cfg) -> float:
     return X8_TOL if getattr(cfg, "x8", False) else FP32_TOL
 
 
-def record_calls(eng) -> list[tuple]:
-    """(x, ws, out, kwargs) of every gemv call in one eager decode step of `eng`."""
+def record_calls(eng) -> tuple[list[tuple], list[tuple]]:
+    """(x, ws, out, kwargs) of every gemv call in one eager decode step of `eng` (live buffers, for
+    timing), and each call on clones of its inputs as the decode step had them (for the checks:
+    timing replays mutate the live ones, e.g. the residual stream every later call reads)."""
     from runtime.triton import decode as decode_mod
 
-    calls = []
+    calls, snapshots = [], []
     real = decode_mod.gemv
 
     def recorder(x, ws, out=None, **kw):
         kw.pop("config", None)
         calls.append((x, list(ws), out, kw))
+        x_c, ws_c, out_c, kw_c = _copy_call(calls[-1])
+        snapshots.append((x.clone(), ws_c, out_c, kw_c))
         return real(x, ws, out, **kw)
 
     decode_mod.gemv = recorder
@@ -79,7 +83,7 @@ def record_calls(eng) -> list[tuple]:
         eng.synchronize()
     finally:
         decode_mod.gemv = real
-    return calls
+    return calls, snapshots
 
 
 def _run(call, config):
@@ -90,9 +94,7 @@ def _run(call, config):
 
 
 def _copy_call(call):
-    """The call on clones of its mutable tensors (out, residual alias, conv state). Timing replays
-    mutate the live ones (the residual accumulates, the conv state shifts): copy a snapshot taken
-    before the first config ran, so every config is checked on the same inputs."""
+    """The call on clones of its mutable tensors (out, residual alias, conv state)."""
     x, ws, out, kw = call
     kw = dict(kw)
     out_c = out.clone()
@@ -147,10 +149,13 @@ def applies(config, ws, swiglu) -> bool:
 def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None, only: list[str] | None = None) -> dict:
     """Every group's configs; on_group(results so far) after each group (the receipt is rewritten
     then, so a step timeout keeps what was measured)."""
-    calls = record_calls(eng)
+    calls, snapshots = record_calls(eng)
     groups: dict[str, list] = {}
-    for c in calls:
-        groups.setdefault(tile_key(c[1], c[3].get("swiglu", False)), []).append(c)
+    firsts: dict[str, tuple] = {}
+    for c, snap in zip(calls, snapshots):
+        key = tile_key(c[1], c[3].get("swiglu", False))
+        groups.setdefault(key, []).append(c)
+        firsts.setdefault(key, snap)
     cfgs = {n: config(n) for n in names}
     out = {}
     for key, gcalls in groups.items():
@@ -159,7 +164,7 @@ def sweep(eng, names: list[str], reps: int, on_group=lambda groups: None, only: 
         ws0, kw0 = gcalls[0][1], gcalls[0][3]
         swiglu = kw0.get("swiglu", False)
         nbytes = sum(w.nbytes for w in ws0)
-        first = _copy_call(gcalls[0])  # the snapshot every config's check starts from
+        first = firsts[key]  # the group's first call on the inputs the decode step gave it
         ref = _run(_copy_call(first), AutoTile(2)).clone()
         rows = []
         for name in names:
