@@ -9,42 +9,31 @@ from runtime.kernels.gemv import GemvConfig, gemv, gemv_naive
 from runtime.kernels.gemv.kernel import x8_applies
 from runtime.kernels.quant_x import Q8Vector, dequantize_q8
 from runtime.triton.weights import random_qweight
+from tests.runtime.kernels.gemv_helpers import fresh_seed, nan_vector, rel
 
 CONFIGS = [GemvConfig(4, 2, 4, x8=True), GemvConfig(16, 2, 2, words=True, x8=True), GemvConfig(8, 1, 4, x8=True)]
 
 
-def _rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
-def _nan(n, device):
-    return torch.full((n,), float("nan"), device=device)
-
-
-def _seed():
-    return int(torch.randint(0, 2**31, ()).item())  # fresh every run
-
-
 @pytest.mark.parametrize("cols", [512, 1024])
 def test_x8_equals_the_dequantized_int8_x(device, cols):
-    seed = _seed()
+    seed = fresh_seed()
     w = random_qweight(GGMLType.Q4_K, 37, cols, device, seed=seed)
     x, nw = torch.randn(cols, device=device), torch.rand(cols, device=device) + 0.5
     for cfg in CONFIGS:
         assert x8_applies(cfg, [w])
         q8 = Q8Vector.empty(cols, device)
-        out = gemv(x, [w], _nan(37, device), norm_weight=nw, config=cfg, q8=q8)
+        out = gemv(x, [w], nan_vector(37, device), norm_weight=nw, config=cfg, q8=q8)
         exact = gemv_naive(dequantize_q8(q8, cols), [w]) * q8.rstd  # what the int8 blocks stand for
-        assert _rel(out, exact) < 2e-6, (cfg, seed)
-        assert _rel(out, gemv_naive(x, [w], norm_weight=nw)) < 2e-2, (cfg, seed)  # rounding x to int8
-        out = gemv(x, [w], _nan(37, device), config=cfg, q8=q8)  # no norm: rstd = 1
-        assert _rel(out, gemv_naive(dequantize_q8(q8, cols), [w])) < 2e-6, (cfg, seed)
+        assert rel(out, exact) < 2e-6, (cfg, seed)
+        assert rel(out, gemv_naive(x, [w], norm_weight=nw)) < 2e-2, (cfg, seed)  # rounding x to int8
+        out = gemv(x, [w], nan_vector(37, device), config=cfg, q8=q8)  # no norm: rstd = 1
+        assert rel(out, gemv_naive(dequantize_q8(q8, cols), [w])) < 2e-6, (cfg, seed)
 
 
 def test_x8_in_fused_launches(device):
     """Q6_K (conv epilogue) + Q4_K + Q8_0 + F32 in one launch: only the Q4_K rows see int8 x;
     SwiGLU and the residual epilogue on the int8 path."""
-    seed, K = _seed(), 512
+    seed, K = fresh_seed(), 512
     ws = [random_qweight(GGMLType.Q6_K, 48, K, device, seed, "qkv"), random_qweight(GGMLType.Q4_K, 20, K, device, seed + 1, "z"),
           random_qweight(GGMLType.Q8_0, 3, K, device, seed + 2, "b"), random_qweight(GGMLType.F32, 3, K, device, seed + 3, "a")]
     cfg = GemvConfig(8, 2, 4, words=True, x8=True)
@@ -52,30 +41,30 @@ def test_x8_in_fused_launches(device):
     cst, cw = torch.randn(3, 48, device=device), torch.randn(48, 4, device=device)
     cst_ref = cst.clone()
     q8 = Q8Vector.empty(K, device)
-    out = gemv(x, ws, _nan(74, device), norm_weight=nw, conv_state=cst, conv_weight=cw, config=cfg, q8=q8)
+    out = gemv(x, ws, nan_vector(74, device), norm_weight=nw, conv_state=cst, conv_weight=cw, config=cfg, q8=q8)
     ref = gemv_naive(x, ws, norm_weight=nw, conv_state=cst_ref, conv_weight=cw)
     xq = dequantize_q8(q8, K)
-    assert _rel(out[:48], ref[:48]) < 2e-5 and _rel(out[68:], ref[68:]) < 2e-5, seed  # fp32 x segments
-    assert _rel(out[48:68], gemv_naive(xq, [ws[1]]) * q8.rstd) < 2e-6, seed
-    assert _rel(cst, cst_ref) < 1e-5
+    assert rel(out[:48], ref[:48]) < 2e-5 and rel(out[68:], ref[68:]) < 2e-5, seed  # fp32 x segments
+    assert rel(out[48:68], gemv_naive(xq, [ws[1]]) * q8.rstd) < 2e-6, seed
+    assert rel(cst, cst_ref) < 1e-5
     g, u = (random_qweight(GGMLType.Q4_K, 40, K, device, seed + i, n) for i, n in ((4, "gate"), (5, "up")))
-    got = gemv(x, [g, u], _nan(40, device), norm_weight=nw, swiglu=True, config=cfg, q8=q8)
+    got = gemv(x, [g, u], nan_vector(40, device), norm_weight=nw, swiglu=True, config=cfg, q8=q8)
     xq = dequantize_q8(q8, K)
     want = F.silu(gemv_naive(xq, [g]).double() * q8.rstd.double()) * gemv_naive(xq, [u]).double() * q8.rstd.double()
-    assert _rel(got, want) < 2e-6, seed
+    assert rel(got, want) < 2e-6, seed
     d = random_qweight(GGMLType.Q4_K, 16, K, device, seed + 6, "down")
     h = torch.randn(16, device=device)
     h0 = h.clone()
     gemv(x, [d], h, residual=h, config=cfg, q8=q8)
-    assert _rel(h, h0 + gemv_naive(dequantize_q8(q8, K), [d])) < 2e-6, seed
+    assert rel(h, h0 + gemv_naive(dequantize_q8(q8, K), [d])) < 2e-6, seed
 
 
 def test_x8_does_not_apply_without_whole_q4_k_steps(device):
     """No Q4_K matrix, or a step that does not divide its blocks: the fp32 path runs, unchanged."""
-    q6 = random_qweight(GGMLType.Q6_K, 9, 512, device, seed=_seed())
-    q4 = random_qweight(GGMLType.Q4_K, 9, 768, device, seed=_seed())  # 3 blocks: BB = 2 does not divide
+    q6 = random_qweight(GGMLType.Q6_K, 9, 512, device, seed=fresh_seed())
+    q4 = random_qweight(GGMLType.Q4_K, 9, 768, device, seed=fresh_seed())  # 3 blocks: BB = 2 does not divide
     cfg = GemvConfig(4, 2, 4, x8=True)
     for w in (q6, q4):
         assert not x8_applies(cfg, [w])
         x = torch.randn(w.cols, device=device)
-        assert _rel(gemv(x, [w], _nan(9, device), config=cfg), gemv_naive(x, [w])) < 2e-5
+        assert rel(gemv(x, [w], nan_vector(9, device), config=cfg), gemv_naive(x, [w])) < 2e-5

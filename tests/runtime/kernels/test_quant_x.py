@@ -4,10 +4,7 @@ import pytest
 import torch
 
 from runtime.kernels.quant_x import Q8Vector, dequantize_q8, quantize_x, quantize_x_naive
-
-
-def _seed():
-    return int(torch.randint(0, 2**31, ()).item())  # fresh every run
+from tests.runtime.kernels.gemv_helpers import fresh_seed
 
 
 def _poisoned(capacity, device):
@@ -21,7 +18,7 @@ def _poisoned(capacity, device):
 @pytest.mark.parametrize("norm", [False, True])
 @pytest.mark.parametrize("K", [256, 2080])  # 2080: a partial last program, blocks of 32 only
 def test_quantize_x_matches_naive(device, norm, K):
-    seed = _seed()
+    seed = fresh_seed()
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(K, generator=g)
     x[7] = 40.0  # an outlier: its block's other values lose precision, the rest keep theirs
