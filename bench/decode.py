@@ -432,6 +432,7 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
         # Q4_K GEMVs against int8 x (dp4a, runtime/kernels/gemv/q8dot.py): every table entry, or the SwiGLU ones
         "x8": {"gemv_config": _table_with(x8=True)},
         "x8_swiglu": {"gemv_config": _table_with(x8=True, only="swiglu")},
+        "x8_q6": {"gemv_config": _table_with(x8=True, x8_q6=True)},  # Q6_K on int8 x as well
         "gdn_split_bv64": {"gdn_block_v": 64},
         "gdn_split_bv32": {"gdn_block_v": 32},
         "gdn_split_bv16": {"gdn_block_v": 16},

@@ -35,8 +35,8 @@ DEFAULT_CONFIGS = ("bytes_v2,words_v3,bytes_8x2w4,bytes_4x4w4,bytes_16x2w8,bytes
 
 
 def config(name: str):
-    """bytes_v2 / words_v3 = the AutoTile heuristics; {bytes|words|x8}_<BN>x<BB>w<warps> = an explicit tile
-    (x8: Q4_K against int8 x with dp4a, other types word-wise)."""
+    """bytes_v2 / words_v3 = the AutoTile heuristics; {bytes|words|x8|x8q6}_<BN>x<BB>w<warps> = an explicit
+    tile (x8: Q4_K against int8 x with dp4a, other types word-wise; x8q6: Q6_K too)."""
     autos = {"bytes_v2": AutoTile(2, words=False), "words_v3": AutoTile(3, words=True)}
     if name in autos:
         return autos[name]
@@ -45,12 +45,13 @@ def config(name: str):
     try:
         bn, rest = tile.split("x")
         bb, nw = rest.split("w")
-        if path not in ("bytes", "words", "x8"):
+        if path not in ("bytes", "words", "x8", "x8q6"):
             raise ValueError(path)
-        return GemvConfig(int(bn), int(bb), int(nw), q6=2 if q6once else 1, words=path != "bytes", x8=path == "x8")
+        return GemvConfig(int(bn), int(bb), int(nw), q6=2 if q6once else 1, words=path != "bytes",
+                          x8=path in ("x8", "x8q6"), x8_q6=path == "x8q6")
     except ValueError:
         raise ValueError(f"bad config name {name!r}: bytes_v2, words_v3 or "
-                         f"{{bytes|words|x8}}_<BN>x<BB>w<warps>[_q6once]") from None
+                         f"{{bytes|words|x8|x8q6}}_<BN>x<BB>w<warps>[_q6once]") from None
 
 
 FP32_TOL = 1e-4  # fp32 x: the dot products differ from the byte-wise path by summation order only

@@ -149,14 +149,16 @@ def record_decode_launches(cfg: ModelConfig, *, n_sm: int = 132, max_context: in
 
 
 def _sm90_table_x8():
-    """The sm_90 tile table with every entry on the int8-x (dp4a) path: the bench's x8 variant."""
+    """The sm_90 tile table with every entry on the int8-x (dp4a) path, Q6_K included: the bench's
+    x8 variants."""
     from dataclasses import replace
 
     from ..kernels.gemv import TileTable
     from ..kernels.gemv.tiles import sm90_table
 
     t = sm90_table()
-    return TileTable(tuple((k, replace(c, x8=True)) for k, c in t.entries), replace(t.fallback, x8=True))
+    return TileTable(tuple((k, replace(c, x8=True, x8_q6=True)) for k, c in t.entries),
+                     replace(t.fallback, x8=True, x8_q6=True))
 
 
 def unique_launches(launches: list[Launch]) -> list[Launch]:

@@ -24,7 +24,7 @@ from ...triton.weights import QWeight
 
 from ..pdl import gdc_launch_dependents, gdc_wait, pdl_launch
 from ..quant_x import Q8Vector, quantize_x
-from .q8dot import dot_q4k_q8
+from .q8dot import dot_q4k_q8, dot_q6k_q8
 from .words import dot_q4k_words, dot_q6k_words
 
 # qtype codes inside the kernel
@@ -270,12 +270,14 @@ def _dot_rows(p_w, row_bytes, rows, p_x, p_nw, K, QT: tl.constexpr, BN: tl.const
 @triton.jit
 def _dot(p_w, row_bytes, rows, p_x, p_nw, p_xq, p_ds, K, QT: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
          NORM: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, ACC: tl.constexpr, WORDS: tl.constexpr,
-         X8: tl.constexpr, ASM: tl.constexpr):
-    """The row dot products of one matrix: Q4_K against the int8 x when X8 (q8dot.py), word-wise for
-    Q4_K/Q6_K when WORDS (words.py), else byte-wise. The sum of squares of x is not formed under X8
-    (quantize_x wrote 1 / rms)."""
+         X8: tl.constexpr, X8Q6: tl.constexpr, ASM: tl.constexpr):
+    """The row dot products of one matrix: Q4_K (X8) or Q6_K (X8Q6) against the int8 x (q8dot.py),
+    word-wise for Q4_K/Q6_K when WORDS (words.py), else byte-wise. The sum of squares of x is not
+    formed on the int8 path (quantize_x wrote 1 / rms)."""
     if X8 and QT == 4:
         return dot_q4k_q8(p_w, row_bytes, rows, p_xq, p_ds, K, BN, BB, ASM), tl.zeros([1], dtype=tl.float32)
+    elif X8Q6 and QT == 6:
+        return dot_q6k_q8(p_w, row_bytes, rows, p_xq, p_ds, K, BN, BB, ASM), tl.zeros([1], dtype=tl.float32)
     elif WORDS and QT == 4:
         return dot_q4k_words(p_w, row_bytes, rows, p_x, p_nw, K, BN, BB, NORM)
     elif WORDS and QT == 6:
@@ -295,9 +297,9 @@ def _l2_prefetch_rows(p_w, row_bytes, rows, QT: tl.constexpr, LINES: tl.constexp
 
 
 @triton.jit
-def _rms_scale(ss, K, eps, p_rstd, X8: tl.constexpr):
-    """1 / rms(x): from this program's sum of squares, or as quantize_x wrote it (X8 launches)."""
-    if X8:
+def _rms_scale(ss, K, eps, p_rstd, QX: tl.constexpr):
+    """1 / rms(x): from this program's sum of squares, or as quantize_x wrote it (int8-x launches)."""
+    if QX:
         return tl.load(p_rstd + tl.zeros([1], dtype=tl.int32))  # [1], as the rsqrt below
     return tl.rsqrt(ss / K + eps)
 
@@ -307,7 +309,7 @@ def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res
              K, eps, n_ch,
              QT: tl.constexpr, EPI: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr, NORM: tl.constexpr,
              KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
-             ACC: tl.constexpr, WORDS: tl.constexpr, X8: tl.constexpr, ASM: tl.constexpr):
+             ACC: tl.constexpr, WORDS: tl.constexpr, X8: tl.constexpr, X8Q6: tl.constexpr, ASM: tl.constexpr):
     i_r = pid_local * BN + tl.arange(0, BN)
     rmask = i_r < n_rows
     rows = tl.minimum(i_r, n_rows - 1).to(tl.int64)  # clamp instead of masking the loads
@@ -315,9 +317,9 @@ def _segment(pid_local, p_w, row_bytes, n_rows, out_off, p_x, p_nw, p_out, p_res
         gdc_launch_dependents()
         _l2_prefetch_rows(p_w, row_bytes, rows, QT, LINES)
         gdc_wait()
-    acc, ss = _dot(p_w, row_bytes, rows, p_x, p_nw, p_xq, p_ds, K, QT, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, ASM)
+    acc, ss = _dot(p_w, row_bytes, rows, p_x, p_nw, p_xq, p_ds, K, QT, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, X8Q6, ASM)
     if NORM:
-        acc = acc * _rms_scale(ss, K, eps, p_rstd, X8)
+        acc = acc * _rms_scale(ss, K, eps, p_rstd, X8 or X8Q6)
     if EPI == 1:
         acc += tl.load(p_res + i_r, mask=rmask, other=0.0)
     if EPI == 2:  # causal conv (taps oldest first) over [state rows | u], SiLU; shift the state
@@ -339,7 +341,7 @@ def _gemv_kernel(
     NSEG: tl.constexpr, QT0: tl.constexpr, QT1: tl.constexpr, QT2: tl.constexpr, QT3: tl.constexpr,
     EPI0: tl.constexpr, SWIGLU: tl.constexpr, NORM: tl.constexpr, BN: tl.constexpr, BB: tl.constexpr,
     KC: tl.constexpr, KMASK: tl.constexpr, Q6: tl.constexpr, PDL: tl.constexpr, LINES: tl.constexpr,
-    ACC: tl.constexpr, WORDS: tl.constexpr, X8: tl.constexpr, ASM: tl.constexpr,
+    ACC: tl.constexpr, WORDS: tl.constexpr, X8: tl.constexpr, X8Q6: tl.constexpr, ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     t0 = tl.cdiv(n0, BN)
@@ -352,31 +354,31 @@ def _gemv_kernel(
             _l2_prefetch_rows(p_w0, rb0, rows, QT0, LINES)
             _l2_prefetch_rows(p_w1, rb1, rows, QT1, LINES)
             gdc_wait()
-        g, ss = _dot(p_w0, rb0, rows, p_x, p_nw, p_xq, p_ds, K, QT0, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, ASM)
-        u, _ = _dot(p_w1, rb1, rows, p_x, p_nw, p_xq, p_ds, K, QT1, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, ASM)
+        g, ss = _dot(p_w0, rb0, rows, p_x, p_nw, p_xq, p_ds, K, QT0, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, X8Q6, ASM)
+        u, _ = _dot(p_w1, rb1, rows, p_x, p_nw, p_xq, p_ds, K, QT1, BN, BB, NORM, KMASK, Q6, ACC, WORDS, X8, X8Q6, ASM)
         if NORM:
-            r = _rms_scale(ss, K, eps, p_rstd, X8)
+            r = _rms_scale(ss, K, eps, p_rstd, X8 or X8Q6)
             g = g * r
             u = u * r
         tl.store(p_out + o0 + i_r, g / (1.0 + tl.exp(-g)) * u, mask=rmask)
     else:
         if pid < t0:
             _segment(pid, p_w0, rb0, n0, o0, p_x, p_nw, p_out, p_res, p_cst, p_cw, p_xq, p_ds, p_rstd,
-                     K, eps, n_ch, QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, ASM)
+                     K, eps, n_ch, QT0, EPI0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, X8Q6, ASM)
         if NSEG > 1:
             t1 = t0 + tl.cdiv(n1, BN)
             if pid >= t0 and pid < t1:
                 _segment(pid - t0, p_w1, rb1, n1, o1, p_x, p_nw, p_out, p_res, p_cst, p_cw, p_xq, p_ds, p_rstd,
-                         K, eps, n_ch, QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, ASM)
+                         K, eps, n_ch, QT1, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, X8Q6, ASM)
             if NSEG > 2:
                 t2 = t1 + tl.cdiv(n2, BN)
                 if pid >= t1 and pid < t2:
                     _segment(pid - t1, p_w2, rb2, n2, o2, p_x, p_nw, p_out, p_res, p_cst, p_cw, p_xq, p_ds, p_rstd,
-                             K, eps, n_ch, QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, ASM)
+                             K, eps, n_ch, QT2, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, X8Q6, ASM)
                 if NSEG > 3:
                     if pid >= t2:
                         _segment(pid - t2, p_w3, rb3, n3, o3, p_x, p_nw, p_out, p_res, p_cst, p_cw, p_xq, p_ds, p_rstd,
-                                 K, eps, n_ch, QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, ASM)
+                                 K, eps, n_ch, QT3, 0, BN, BB, NORM, KC, KMASK, Q6, PDL, LINES, ACC, WORDS, X8, X8Q6, ASM)
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,7 @@ class GemvConfig:
     words: bool = False  # Q4_K/Q6_K rows loaded as int32 words and unpacked in registers (words.py)
     prefetch: bool = True  # with pdl: pull the program's weight rows into L2 before waiting
     x8: bool = False  # Q4_K rows against x quantized to int8 blocks (quant_x), dp4a dots (q8dot.py)
+    x8_q6: bool = False  # the same for Q6_K rows (BB even: block pairs)
 
 
 @dataclass(frozen=True)
@@ -414,6 +417,7 @@ class AutoTile:
     words: bool | None = None  # as GemvConfig.words; None = the path the heuristic was tuned for (v3: words)
     prefetch: bool = True  # as GemvConfig.prefetch
     x8: bool = False  # as GemvConfig.x8
+    x8_q6: bool = False  # as GemvConfig.x8_q6
 
 
 def tile_key(ws: Sequence[QWeight], swiglu: bool = False) -> str:
@@ -554,12 +558,13 @@ def resolve_config(config: GemvConfig | AutoTile | TileTable | None, ws: Sequenc
     if isinstance(config, AutoTile):
         words = config.version == 3 if config.words is None else config.words
         if device.type == "cpu":  # the words path needs whole block pairs per step (Q6_K)
-            return replace(INTERPRETER_CONFIG, block_b=2 if words else 1, words=words, x8=config.x8)
+            return replace(INTERPRETER_CONFIG, block_b=2 if words or config.x8_q6 else 1, words=words, x8=config.x8,
+                           x8_q6=config.x8_q6)
         heuristic = {1: auto_config, 2: auto_config_v2, 3: auto_config_v3}[config.version]
         tile = heuristic(ws, device, swiglu)
         return GemvConfig(tile.block_n * config.bn_scale, tile.block_b, config.num_warps or tile.num_warps,
                           config.q6, config.pdl, config.acc, config.num_stages, words, config.prefetch,
-                          config.x8)
+                          config.x8, config.x8_q6)
     return config
 
 
@@ -579,11 +584,22 @@ def words_fit(w: QWeight, bb: int) -> bool:
     return aligned and pairs and nblk % bb == 0
 
 
+def _x8_type_applies(on: bool, qtype: GGMLType, ws: Sequence[QWeight], bb: int) -> bool:
+    mats = [w for w in ws if w.qtype == qtype]
+    return on and bool(mats) and all(words_fit(w, bb) for w in mats)
+
+
+def x8_paths(cfg: GemvConfig, ws: Sequence[QWeight]) -> tuple[bool, bool]:
+    """Whether the launch's Q4_K and its Q6_K matrices take the dp4a path: asked for, and every
+    matrix of that type readable in whole word-aligned steps of BB blocks (whole block pairs for
+    Q6_K). Other types in the launch keep the fp32 x."""
+    return (_x8_type_applies(cfg.x8, GGMLType.Q4_K, ws, cfg.block_b),
+            _x8_type_applies(cfg.x8_q6, GGMLType.Q6_K, ws, cfg.block_b))
+
+
 def x8_applies(cfg: GemvConfig, ws: Sequence[QWeight]) -> bool:
-    """Whether a launch takes the dp4a path: asked for, with Q4_K matrices it can read in whole
-    16-byte-aligned steps of BB blocks (other types in the launch keep the fp32 x)."""
-    q4 = [w for w in ws if w.qtype == GGMLType.Q4_K]
-    return cfg.x8 and bool(q4) and all(words_fit(w, cfg.block_b) for w in q4)
+    """Whether any matrix of the launch takes the dp4a path (x is quantized first)."""
+    return any(x8_paths(cfg, ws))
 
 
 def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, conv_weight, swiglu, config, q8):
@@ -591,7 +607,8 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
     bn = cfg.block_n
     bb = cfg.block_b
     words = cfg.words and any(w.qtype in WORDS_TYPES for w in ws) and all(words_fit(w, bb) for w in ws)
-    x8 = x8_applies(cfg, ws)
+    x8_q4, x8_q6 = x8_paths(cfg, ws)
+    x8 = x8_q4 or x8_q6
     if x8:  # the int8 blocks of x (times the norm weight) and 1 / rms, one small launch before
         q8 = quantize_x(x, q8 if q8 is not None else Q8Vector.empty(ws[0].cols, x.device), norm_weight, eps)
     kmask = any(s is not None and s % bb for s in map(_k_steps, ws))
@@ -623,7 +640,7 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, X8=x8, ASM=x.device.type != "cpu", PDL=pdl, LINES=(lines if cfg.prefetch else 0) if pdl else 1, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, X8=x8_q4, X8Q6=x8_q6, ASM=x.device.type != "cpu", PDL=pdl, LINES=(lines if cfg.prefetch else 0) if pdl else 1, num_warps=cfg.num_warps,
         **pdl_kw,
     )
     return out

@@ -2,7 +2,8 @@
 
 x_eff = x * norm weight (when the GEMV applies an RMSNorm) is cut into 32-element blocks; each
 is stored as int8 q = round(x_eff * 127 / amax) with its scale d = amax / 127 and s = d * sum(q)
-(what the Q4_K mins multiply), as llama.cpp's q8_1. The RMSNorm's 1 / rms is one scalar for the
+(what the Q4_K mins multiply), as llama.cpp's q8_1, and the same sum over each 16-element half
+(what Q6_K's offset of -32 multiplies: its scales cover 16 elements). The RMSNorm's 1 / rms is one scalar for the
 whole vector, so it is not folded into q: the GEMV multiplies its dot products by `rstd` after.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ class Q8Vector:
     addresses: the decode step's CUDA graph reuses one for every GEMV input)."""
 
     q: torch.Tensor  # int8 [capacity]
-    ds: torch.Tensor  # fp32 [capacity / 32, 2]: (d, s) per block
+    ds: torch.Tensor  # fp32 [capacity / 32, 4]: (d, s, s of elements 0..15, s of 16..31) per block
     rstd: torch.Tensor  # fp32 [1]: 1 / rms(x) when quantized with a norm weight, else 1
 
     @classmethod
@@ -31,7 +32,7 @@ class Q8Vector:
         if capacity % QBLOCK:
             raise ValueError(f"Q8Vector: capacity {capacity} is not a multiple of {QBLOCK}")
         return cls(torch.zeros(capacity, dtype=torch.int8, device=device),
-                   torch.zeros(capacity // QBLOCK, 2, dtype=torch.float32, device=device),
+                   torch.zeros(capacity // QBLOCK, 4, dtype=torch.float32, device=device),
                    torch.ones(1, dtype=torch.float32, device=device))
 
     @property
@@ -55,8 +56,13 @@ def _quantize_kernel(p_x, p_nw, p_q, p_ds, p_rstd, K, eps, NORM: tl.constexpr, B
     tl.store(p_q + offs, q.to(tl.int8), mask=m)
     d = amax / 127.0
     bm = blk < K // 32
-    tl.store(p_ds + 2 * blk, d, mask=bm)
-    tl.store(p_ds + 2 * blk + 1, d * tl.sum(q, axis=1), mask=bm)
+    first = tl.arange(0, 32)[None, :] < 16
+    s_a = tl.sum(tl.where(first, q, 0.0), axis=1)
+    s_b = tl.sum(tl.where(first, 0.0, q), axis=1)
+    tl.store(p_ds + 4 * blk, d, mask=bm)
+    tl.store(p_ds + 4 * blk + 1, d * (s_a + s_b), mask=bm)
+    tl.store(p_ds + 4 * blk + 2, d * s_a, mask=bm)
+    tl.store(p_ds + 4 * blk + 3, d * s_b, mask=bm)
     if pid == 0:  # 1 / rms over the whole raw x (one program: K is a few thousand)
         if NORM:
             ss = tl.zeros([BLK], dtype=tl.float32)

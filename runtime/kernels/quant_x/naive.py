@@ -17,8 +17,11 @@ def quantize_x_naive(x: torch.Tensor, out: Q8Vector, norm_weight: torch.Tensor |
     q = torch.where(v >= 0, torch.floor(v + 0.5), -torch.floor(0.5 - v))
     d = amax / 127.0
     out.q[:K] = q.reshape(-1).to(torch.int8)
+    s_a, s_b = q[:, :16].sum(1), q[:, 16:].sum(1)
     out.ds[: K // QBLOCK, 0] = d
-    out.ds[: K // QBLOCK, 1] = d * q.sum(1)
+    out.ds[: K // QBLOCK, 1] = d * (s_a + s_b)
+    out.ds[: K // QBLOCK, 2] = d * s_a
+    out.ds[: K // QBLOCK, 3] = d * s_b
     out.rstd[0] = torch.rsqrt(x.double().pow(2).mean() + eps).float() if norm_weight is not None else 1.0
     return out
 

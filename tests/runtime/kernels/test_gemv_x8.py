@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from runtime.gguf import GGMLType
 from runtime.kernels.gemv import GemvConfig, gemv, gemv_naive
-from runtime.kernels.gemv.kernel import x8_applies
+from runtime.kernels.gemv.kernel import x8_applies, x8_paths
 from runtime.kernels.quant_x import Q8Vector, dequantize_q8
 from runtime.triton.weights import random_qweight
 from tests.runtime.kernels.gemv_helpers import fresh_seed, nan_vector, rel
@@ -68,3 +68,37 @@ def test_x8_does_not_apply_without_whole_q4_k_steps(device):
         assert not x8_applies(cfg, [w])
         x = torch.randn(w.cols, device=device)
         assert rel(gemv(x, [w], nan_vector(9, device), config=cfg), gemv_naive(x, [w])) < 2e-5
+
+
+@pytest.mark.parametrize("cols", [512, 1536])  # one and three Q6_K block pairs: even and odd blocks
+def test_x8_q6_k_equals_the_dequantized_int8_x(device, cols):
+    seed = fresh_seed()
+    w = random_qweight(GGMLType.Q6_K, 37, cols, device, seed=seed)
+    x, nw = torch.randn(cols, device=device), torch.rand(cols, device=device) + 0.5
+    for cfg in (GemvConfig(4, 2, 4, words=True, x8_q6=True), GemvConfig(16, 2, 2, x8_q6=True)):
+        assert x8_applies(cfg, [w])
+        q8 = Q8Vector.empty(cols, device)
+        out = gemv(x, [w], nan_vector(37, device), norm_weight=nw, config=cfg, q8=q8)
+        exact = gemv_naive(dequantize_q8(q8, cols), [w]) * q8.rstd
+        assert rel(out, exact) < 2e-6, (cfg, seed)
+        assert rel(out, gemv_naive(x, [w], norm_weight=nw)) < 2e-2, (cfg, seed)
+
+
+def test_x8_per_type_flags_in_one_launch(device):
+    """x8 (Q4_K) and x8_q6 (Q6_K) each switch only their own type; an odd step keeps Q6_K on fp32 x."""
+    seed, K = fresh_seed(), 512
+    ws = [random_qweight(GGMLType.Q6_K, 24, K, device, seed, "a"), random_qweight(GGMLType.Q4_K, 20, K, device, seed + 1, "b")]
+    x, nw = torch.randn(K, device=device), torch.rand(K, device=device) + 0.5
+    fp32 = gemv_naive(x, ws, norm_weight=nw)
+    for cfg, q4_on, q6_on in ((GemvConfig(8, 2, 4, x8=True), True, False), (GemvConfig(8, 2, 4, x8_q6=True), False, True),
+                              (GemvConfig(8, 2, 4, x8=True, x8_q6=True), True, True),
+                              (GemvConfig(8, 1, 4, x8=True, x8_q6=True), True, False)):
+        assert x8_paths(cfg, ws) == (q4_on, q6_on)
+        q8 = Q8Vector.empty(K, device)
+        out = gemv(x, ws, nan_vector(44, device), norm_weight=nw, config=cfg, q8=q8)
+        xq = dequantize_q8(q8, K)
+        for sl, w, on in ((slice(0, 24), ws[0], q6_on), (slice(24, 44), ws[1], q4_on)):
+            if on:
+                assert rel(out[sl], gemv_naive(xq, [w]) * q8.rstd) < 2e-6, (cfg, seed)
+            else:
+                assert rel(out[sl], fp32[sl]) < 2e-5, (cfg, seed)

@@ -31,7 +31,8 @@ def test_quantize_x_matches_naive(device, norm, K):
     assert dq.max() <= 1 and (dq > 0).float().mean() < 1e-2, seed  # a product rounded either way at a tie
     assert torch.isfinite(got.ds[: K // 32]).all() and torch.isfinite(got.rstd).all()
     torch.testing.assert_close(got.ds[: K // 32, 0], want.ds[:, 0], rtol=1e-6, atol=0)
-    torch.testing.assert_close(got.ds[: K // 32, 1], want.ds[:, 1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.ds[: K // 32, 1:], want.ds[:, 1:], rtol=1e-5, atol=1e-6)  # the sums
+    torch.testing.assert_close(got.ds[: K // 32, 2] + got.ds[: K // 32, 3], got.ds[: K // 32, 1], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got.rstd, want.rstd, rtol=1e-5, atol=0)
     assert (got.q[64:96] == 0).all() and (got.ds[2] == 0).all()
     xe = x * nw if norm else x
