@@ -169,7 +169,9 @@ def rel_err(a, b) -> float:
 
 
 def kernel_checks(eng, attn_ctx: int = 4096) -> dict:
-    """Each kernel vs its naive twin on this model's real weights and shapes."""
+    """Each kernel vs its naive twin on this model's real weights and shapes. The GEMVs run with the
+    heuristic tiles and again with the engine's own (its table: int8-x launches among them, whose
+    error against the fp32 twin is the int8 rounding of x)."""
     from runtime.kernels.attn_decode import AttnWorkspace, attention_decode, attention_decode_naive
     from runtime.kernels.gdn_decode import gdn_decode_step, gdn_decode_step_naive
     from runtime.kernels.gemv import gemv, gemv_naive
@@ -180,21 +182,24 @@ def kernel_checks(eng, attn_ctx: int = 4096) -> dict:
     att = cfg.attention_layers[0]
     x = torch.randn(cfg.d_model, device=dev)
     nw = w.vec[f"blk.{gdn}.attn_norm.weight"]
-    seen = set()
-    for name, m in w.mat.items():  # one matrix per type, smallest first (the naive path dequantizes on the host)
-        if m.qtype in seen or name == "token_embd.weight" or m.cols != cfg.d_model:
-            continue
-        seen.add(m.qtype)
-        out[f"gemv {m.qtype.name} {name}"] = rel_err(gemv(x, [m], norm_weight=nw), gemv_naive(x, [m], norm_weight=nw))
     p = f"blk.{gdn}."
     segs = [w.mat[p + n] for n in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")]
-    cst = torch.randn(cfg.conv_kernel - 1, cfg.conv_channels, device=dev)
-    cst2 = cst.clone()
-    a = gemv(x, segs, norm_weight=nw, conv_state=cst, conv_weight=w.vec[p + "ssm_conv1d.weight"])
-    b = gemv_naive(x, segs, norm_weight=nw, conv_state=cst2, conv_weight=w.vec[p + "ssm_conv1d.weight"])
-    out["gemv gdn in-proj 4 segments + conv"] = max(rel_err(a, b), rel_err(cst, cst2))
     g, u = w.mat[p + "ffn_gate.weight"], w.mat[p + "ffn_up.weight"]
-    out["gemv gate/up swiglu"] = rel_err(gemv(x, [g, u], swiglu=True), gemv_naive(x, [g, u], swiglu=True))
+    for tiles, config in (("", None), (" (engine tiles)", eng.step.gemv_config)):
+        seen = set()
+        for name, m in w.mat.items():  # one matrix per type, smallest first (the naive path dequantizes on the host)
+            if m.qtype in seen or name == "token_embd.weight" or m.cols != cfg.d_model:
+                continue
+            seen.add(m.qtype)
+            out[f"gemv {m.qtype.name} {name}{tiles}"] = rel_err(gemv(x, [m], norm_weight=nw, config=config),
+                                                                gemv_naive(x, [m], norm_weight=nw))
+        cst = torch.randn(cfg.conv_kernel - 1, cfg.conv_channels, device=dev)
+        cst2 = cst.clone()
+        a = gemv(x, segs, norm_weight=nw, conv_state=cst, conv_weight=w.vec[p + "ssm_conv1d.weight"], config=config)
+        b = gemv_naive(x, segs, norm_weight=nw, conv_state=cst2, conv_weight=w.vec[p + "ssm_conv1d.weight"])
+        out[f"gemv gdn in-proj 4 segments + conv{tiles}"] = max(rel_err(a, b), rel_err(cst, cst2))
+        out[f"gemv gate/up swiglu{tiles}"] = rel_err(gemv(x, [g, u], swiglu=True, config=config),
+                                                     gemv_naive(x, [g, u], swiglu=True))
     hv, dk = cfg.n_v_head, cfg.ssm_head_dim
     st = torch.randn(hv, dk, dk, device=dev) * 0.1
     st2 = st.clone()

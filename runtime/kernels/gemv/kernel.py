@@ -8,6 +8,9 @@ RMSNorm of x folds in for free (x*w summed, sum of squares alongside, rstd appli
 Epilogues (flags): residual add (out = res + Wx; res may alias out), causal conv + SiLU with
 conv-state shift on segment 0 (GDN qkv: each program owns its channels, so no race),
 SwiGLU over segments 0/1 (out = silu(W0 x) * (W1 x)).
+
+Dot paths per matrix type (GemvConfig): byte-wise (here), word-wise (words.py), or Q4_K/Q6_K
+against x quantized to int8 blocks by a small launch before (x8 / x8_q6: quant_x + q8dot.py).
 """
 from __future__ import annotations
 
@@ -640,7 +643,9 @@ def _launch(x, ws, out, out_offsets, *, norm_weight, eps, residual, conv_state, 
         *args,
         NSEG=len(ws), QT0=qts[0], QT1=qts[1], QT2=qts[2], QT3=qts[3], EPI0=epi, SWIGLU=bool(swiglu),
         NORM=norm_weight is not None, BN=bn, BB=bb, KC=conv_weight.shape[1] if conv_weight is not None else 4,
-        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, X8=x8_q4, X8Q6=x8_q6, ASM=x.device.type != "cpu", PDL=pdl, LINES=(lines if cfg.prefetch else 0) if pdl else 1, num_warps=cfg.num_warps,
+        KMASK=kmask, Q6=cfg.q6, ACC=cfg.acc, WORDS=words, X8=x8_q4, X8Q6=x8_q6,
+        ASM=x.device.type != "cpu",  # dp4a as inline PTX; the interpreter runs its unpacked twin
+        PDL=pdl, LINES=(lines if cfg.prefetch else 0) if pdl else 1, num_warps=cfg.num_warps,
         **pdl_kw,
     )
     return out
