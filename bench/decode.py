@@ -394,16 +394,13 @@ TILE_TABLES: dict = {}  # --tile-table: model name -> TileTable measured by benc
 def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) -> dict:
     """Named engine options timed against the defaults (tg128 @0 on this model): the flags that
     decide which kernel variant the engine uses, so one GPU run tells which to make default."""
-    from dataclasses import replace
-
     from runtime.kernels.attn_decode import AttnConfig
-    from runtime.kernels.gemv import AutoTile, TileTable
+    from runtime.kernels.gemv import AutoTile
 
     table = {}
     if model_name in TILE_TABLES:
         t = TILE_TABLES[model_name]
-        t_pdl = TileTable(tuple((k, replace(c, pdl=True)) for k, c in t.entries), replace(t.fallback, pdl=True))
-        table = {"table": {"gemv_config": t}, "table_pdl": {"gemv_config": t_pdl, "gdn_pdl": True}}
+        table = {"table": {"gemv_config": t}, "table_pdl": {"gemv_config": t.replaced(pdl=True), "gdn_pdl": True}}
     return {
         # word-wise Q4_K/Q6_K unpacking (runtime/kernels/gemv/words.py) with its tile heuristic
         # the byte-wise GEMV (the default before the words path), and the words path with PDL
@@ -453,16 +450,10 @@ def engine_variant_options(model_name: str | None = None, max_ctx: int = 32768) 
 
 
 def _table_with(only: str | None = None, **fields):
-    """The sm_90 default tile table with `fields` replaced in every entry and the fallback, or only
-    in the entries whose key contains `only`."""
-    from dataclasses import replace
-
-    from runtime.kernels.gemv import TileTable
+    """The sm_90 default tile table with `fields` replaced (TileTable.replaced)."""
     from runtime.kernels.gemv.tiles import sm90_table
 
-    t = sm90_table()
-    return TileTable(tuple((k, replace(c, **fields) if only is None or only in k else c) for k, c in t.entries),
-                     t.fallback if only is not None else replace(t.fallback, **fields))
+    return sm90_table().replaced(only, **fields)
 
 
 def _legacy_n_split(max_ctx: int, model_name: str | None) -> int:

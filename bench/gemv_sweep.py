@@ -74,7 +74,7 @@ def record_calls(eng) -> tuple[list[tuple], list[tuple]]:
     def recorder(x, ws, out=None, **kw):
         kw.pop("config", None)
         calls.append((x, list(ws), out, kw))
-        x_c, ws_c, out_c, kw_c = _copy_call(calls[-1])
+        _, ws_c, out_c, kw_c = _copy_call(calls[-1])
         snapshots.append((x.clone(), ws_c, out_c, kw_c))
         return real(x, ws, out, **kw)
 

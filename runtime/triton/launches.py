@@ -148,19 +148,6 @@ def record_decode_launches(cfg: ModelConfig, *, n_sm: int = 132, max_context: in
     return rec.launches
 
 
-def _sm90_table_x8():
-    """The sm_90 tile table with every entry on the int8-x (dp4a) path, Q6_K included: the bench's
-    x8 variants."""
-    from dataclasses import replace
-
-    from ..kernels.gemv import TileTable
-    from ..kernels.gemv.tiles import sm90_table
-
-    t = sm90_table()
-    return TileTable(tuple((k, replace(c, x8=True, x8_q6=True)) for k, c in t.entries),
-                     replace(t.fallback, x8=True, x8_q6=True))
-
-
 def unique_launches(launches: list[Launch]) -> list[Launch]:
     seen: dict[tuple, Launch] = {}
     for launch in launches:
@@ -299,6 +286,7 @@ def main(argv=None) -> int:
     if args.variants:  # the bench's PDL and split-GDN variants, first shape only (compile time; the q6=2 and
         # acc=1 GEMV paths are covered by the interpreter tests and report their own errors in the bench)
         from ..kernels.gemv import AutoTile
+        from ..kernels.gemv.tiles import sm90_table
 
         shape = args.shapes.split(",")[0]
         for opts in ({"gemv_config": AutoTile(2, pdl=True), "gdn_block_v": 32, "pdl": True}, {"gdn_pdl": True},
@@ -306,7 +294,7 @@ def main(argv=None) -> int:
                      {"gemv_config": AutoTile(2)}, {"gemv_config": AutoTile(3)},
                      {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
                      {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}, {"gemv_config": AutoTile(3, x8=True)},
-                     {"gemv_config": _sm90_table_x8()}):
+                     {"gemv_config": sm90_table().replaced(x8=True, x8_q6=True)}):  # the bench's x8 variants
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)

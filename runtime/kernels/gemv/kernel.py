@@ -450,6 +450,12 @@ class TileTable:
     def lookup(self, ws: Sequence[QWeight], swiglu: bool = False) -> GemvConfig | AutoTile:
         return self._by_key.get(tile_key(ws, swiglu), self.fallback)
 
+    def replaced(self, only: str | None = None, **fields) -> "TileTable":
+        """This table with `fields` replaced in every entry and the fallback (GemvConfig and AutoTile
+        share those names), or only in the entries whose key contains `only`."""
+        return TileTable(tuple((k, replace(c, **fields) if only is None or only in k else c) for k, c in self.entries),
+                         self.fallback if only is not None else replace(self.fallback, **fields))
+
 
 DEFAULT_CONFIG = GemvConfig()
 INTERPRETER_CONFIG = GemvConfig(block_n=512, block_b=1, num_warps=1)  # few programs: the CPU interpreter is slow

@@ -1,5 +1,7 @@
 """The GEMV's words path (runtime/kernels/gemv/words.py) against the fp64 dequantized reference,
 and the measured tile table the engine uses on sm_90."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -86,3 +88,13 @@ def test_sm90_table_entries_fit_their_shapes():
             assert cfg.block_b >= 1 and cfg.block_n >= 1 and cfg.num_warps in (1, 2, 4, 8)
             if cfg.words:
                 assert words_fit(w, cfg.block_b), key
+
+
+def test_tile_table_replaced_changes_the_chosen_entries_only():
+    t = sm90_table()
+    x8 = t.replaced(x8=True)
+    assert all(c.x8 for _, c in x8.entries) and x8.fallback.x8
+    only = t.replaced(only="swiglu", x8=True)
+    before = dict(t.entries)
+    assert all(c == (replace(before[k], x8=True) if "swiglu" in k else before[k]) for k, c in only.entries)
+    assert only.fallback == t.fallback
