@@ -14,7 +14,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from bot.settings import get_settings
-    from bot.webhook import create_app
+    from bot.web.webhook import create_app
     get_settings().require_github()
     uvicorn.run(create_app(), host=args.host, port=args.port, workers=1, log_level=args.log_level,
                 access_log=False)
@@ -22,29 +22,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from bot.queue import celery_app
+    from bot.queue.app import celery_app
     from bot.settings import get_settings
-    from worker.celery_app import EVALUATE_TASK
+    from worker.queue.app import EVALUATE_TASK
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = set(queues) - {"gpu", "publish"}
     if unknown:
         raise SystemExit(f"unknown queue(s) {sorted(unknown)}: choose gpu and/or publish")
     app = celery_app()
     # --include'd modules first: one that registers the evaluation task stands in for the pipeline's
-    # (tests run a fake `tokengate.evaluate` this way), so worker.tasks is then not imported at all.
+    # (tests run a fake `tokengate.evaluate` this way), so worker.queue.tasks is then not imported at all.
     for module in args.include or []:
         importlib.import_module(module)
     if "publish" in queues:
         get_settings().require_github()  # only the publish side holds credentials
-        importlib.import_module("bot.tasks")
+        importlib.import_module("bot.queue.tasks")
     if "gpu" in queues and EVALUATE_TASK not in app.tasks:
-        _import_optional("worker.tasks")
+        _import_optional("worker.queue.tasks")
     argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
             "--loglevel", args.log_level.upper(), "-n", args.name]
     if args.beat:
         if "publish" not in queues:
             raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")
-        from bot.tasks import schedule_periodic
+        from bot.queue.tasks import schedule_periodic
         schedule_periodic(app)
         argv += ["-B", "-s", args.beat_schedule]
     app.worker_main(argv)
@@ -61,14 +61,14 @@ def _import_optional(module: str) -> None:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from bot import migrate
+    from bot.db import migrate
     from bot.settings import get_settings
     migrate.upgrade(args.url or get_settings().database_url, args.revision)
     return 0
 
 
 def cmd_db_downgrade(args: argparse.Namespace) -> int:
-    from bot import migrate
+    from bot.db import migrate
     from bot.settings import get_settings
     migrate.downgrade(args.url or get_settings().database_url, args.revision)
     return 0

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import publish, render
+from bot import render
+
+from bot.github import publish
 from bot.enums import RERUN_ACTION_ID, Command, EvalState, Trigger
-from bot.models import Evaluation, PullRequest, Repository, utcnow
+from bot.db.models import Evaluation, PullRequest, Repository, utcnow
 from bot.rounds import open_round
 from bot.service import Service
 

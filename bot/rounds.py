@@ -13,9 +13,11 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import publish, render
+from bot import render
+
+from bot.github import publish
 from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundAction, RoundState, Trigger
-from bot.models import Evaluation, PullRequest, Repository, Round, utcnow
+from bot.db.models import Evaluation, PullRequest, Repository, Round, utcnow
 from bot.service import Service
 from worker.records import TIER_ORDER, Verdict
 
@@ -144,7 +146,7 @@ def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
 
 
 def close_round_cli(repo_full_name: str, dry_run: bool) -> int:
-    from bot.db import session_scope
+    from bot.db.engine import session_scope
     with session_scope() as session:
         repo = session.scalar(select(Repository).where(Repository.full_name == repo_full_name))
         if repo is None:

@@ -14,15 +14,17 @@ from celery import Celery, signature
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot import publish, render
+from bot import render
+
+from bot.github import publish
 from bot.enums import TRANSITIONS, CheckConclusion, EvalState, InfraReason, Trigger
-from bot.github_client import GitHubApp, get_github_app
-from bot.labels import labels_for
-from bot.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
+from bot.github.client import GitHubApp, get_github_app
+from bot.github.labels import labels_for
+from bot.db.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
                         utcnow)
-from bot.queueing import queue_info
+from bot.queue.position import queue_info
 from bot.settings import Settings, get_settings
-from worker.celery_app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
+from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
 from worker.records import EvalResult, InfraKind, Verdict
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class Service:
     @property
     def celery(self) -> Celery:
         if self._celery is None:
-            from bot.queue import celery_app
+            from bot.queue.app import celery_app
             self._celery = celery_app()
         return self._celery
 

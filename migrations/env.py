@@ -1,10 +1,10 @@
-"""Alembic environment: the URL comes from the Config (set by bot.migrate) or the service settings."""
+"""Alembic environment: the URL comes from the Config (set by bot.db.migrate) or the service settings."""
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from bot.models import Base
+from bot.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -47,8 +47,8 @@ def main() -> int:
     import psycopg2
     import redis
 
-    from bot import migrate
-    from bot.signature import sign
+    from bot.db import migrate
+    from bot.github.signature import sign
 
     secret = secrets.token_hex(16)
     prefix = f"tokengate-burst-{secrets.token_hex(4)}:"
@@ -122,7 +122,7 @@ def main() -> int:
     r = redis.Redis.from_url("redis://127.0.0.1:6379/13")
     for key in r.scan_iter(match=f"{prefix}*", count=1000):
         r.delete(key)
-    from bot.db import engine_for
+    from bot.db.engine import engine_for
     engine_for(url).dispose()
     if args.database == "postgresql":
         admin.cursor().execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

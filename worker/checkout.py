@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import cache_dir
+from worker.paths import cache_dir
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 

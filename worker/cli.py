@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .aa_store import AAStore
-from .config import EvalSettings
-from .paths import cache_dir
-from .pipeline import Evaluation, Job, evaluate_with_retries
-from .records import EvalResult, Verdict
-from .report import comment_markdown, verdict_table
+from worker.calibration.aa_store import AAStore
+from worker.config import EvalSettings
+from worker.paths import cache_dir
+from worker.pipeline import Evaluation, Job, evaluate_with_retries
+from worker.records import EvalResult, Verdict
+from worker.report import comment_markdown, verdict_table
 
 EXIT = {Verdict.REJECT: 1, Verdict.BUILD_FAILED: 1, Verdict.INFRA: 3}
 

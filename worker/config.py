@@ -51,7 +51,7 @@ class ProfileSettings(BaseModel):
     models: list[ModelSpec]
     decode_tokens: int = Field(16, ge=2)  # greedy steps per decode measurement
     pairs: int = Field(5, ge=2)  # ABBA reps per gate in one process pair
-    # Fresh base/head process pairs that must agree before a gate counts as changed (worker/noise.py):
+    # Fresh base/head process pairs that must agree before a gate counts as changed (worker/gates/noise.py):
     # the first pair always runs; more run only while some gate stays beyond its floor in every pair.
     max_process_pairs: int = Field(4, ge=1)
     warmup: int = Field(1, ge=0)  # untimed rounds per revision before measuring
@@ -187,7 +187,7 @@ class EvalSettings(BaseModel):
     tier_m: float = 0.05
     tier_l: float = 0.15
     tier_xl: float = 0.40
-    # Speed gates (worker/noise.py): the chance that an A/A evaluation (identical revisions) has any
+    # Speed gates (worker/gates/noise.py): the chance that an A/A evaluation (identical revisions) has any
     # significant gate -- a false REJECT or a false tier -- is at most this, split evenly over the
     # evaluation's gates. A gate's floor is the `noise_floor_rank`-th largest |A/A pair delta| on
     # this host; the process pairs that must agree beyond it follow from the history's size.

@@ -7,8 +7,8 @@ zero) is INFRA; a measurement that shows wrong output is a guard failure (REJECT
 """
 from __future__ import annotations
 
-from .harness.client import RevisionFault
-from .records import InfraKind, Verdict
+from worker.harness.client import RevisionFault
+from worker.records import InfraKind, Verdict
 
 
 class EvalFault(Exception):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .bench import prompt_ids
-from .config import EvalSettings, ProfileSettings
-from .faults import infra
-from .harness.client import RevisionProcess
-from .paths import cache_dir
-from .records import GuardResult, InfraKind
+from worker.gates.bench import prompt_ids
+from worker.config import EvalSettings, ProfileSettings
+from worker.faults import infra
+from worker.harness.client import RevisionProcess
+from worker.paths import cache_dir
+from worker.records import GuardResult, InfraKind
 
 
 def reference_version(trusted_root: Path) -> str:

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ModelSpec
-from .paths import cache_dir
+from worker.config import ModelSpec
+from worker.paths import cache_dir
 
 
 class ModelError(RuntimeError):

@@ -20,19 +20,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
-from . import models as model_files
-from . import sandbox, telemetry
-from .aa_store import AAStore
-from .bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
-from .checkout import CheckoutError, Revision, checkout_pair, remove_worktree
-from .config import EvalSettings, ModelSpec, ProfileSettings
-from .faults import EvalFault, classify, infra
-from .guards import GuardBounds, guard_bounds, guard_result, reference_version, score_revisions
-from .harness.client import RevisionFault, RevisionProcess
-from .noise import GateNull, gate_null
-from .paths import cache_dir
-from .records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
-from .stats import beyond_floor, compare_pairs, mann_whitney_p, pair_delta, significant
+from worker import models as model_files
+from worker import sandbox, telemetry
+from worker.calibration.aa_store import AAStore
+from worker.gates.bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
+from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
+from worker.config import EvalSettings, ModelSpec, ProfileSettings
+from worker.faults import EvalFault, classify, infra
+from worker.guards import GuardBounds, guard_bounds, guard_result, reference_version, score_revisions
+from worker.harness.client import RevisionFault, RevisionProcess
+from worker.gates.noise import GateNull, gate_null
+from worker.paths import cache_dir
+from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
+from worker.gates.stats import beyond_floor, compare_pairs, mann_whitney_p, pair_delta, significant
 
 HARNESS_VERSION = "1.0"
 Progress = Callable[..., None]
@@ -309,7 +309,7 @@ class Evaluation:
                 more_pairs: Callable[[int], ContextManager[dict[str, RevisionProcess]]] | None = None) -> ModelOutcome:
         """One A/B measurement of every gate (into `out`): an ABBA sweep on the given process pair,
         then sweeps on fresh pairs from `more_pairs` while some gate stays beyond its floor in every
-        pair so far and needs more agreeing pairs (worker/noise.py); output check; statistics."""
+        pair so far and needs more agreeing pairs (worker/gates/noise.py); output check; statistics."""
         p = self.profile
         nulls = {g.name: self._null(spec.name, g.name) for g in gates}
         self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
@@ -474,7 +474,7 @@ class Evaluation:
         """The first process pair of an A/A measurement: one independent draw of each gate's null.
 
         Only the first: whether confirming pairs ran depends on the first pair's value, and the
-        bound in worker/noise.py wants draws that were taken whatever the earlier ones were.
+        bound in worker/gates/noise.py wants draws that were taken whatever the earlier ones were.
         """
         protocol = self.protocol_key(spec.name)
         for gate, deltas in out.pair_deltas.items():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import jinja2
 
-from .records import EvalResult, GateResult
+from worker.records import EvalResult, GateResult
 
 # All wording lives in the top-level templates/ folder (the bot renders its GitHub text from there too).
 _TEMPLATES = Path(__file__).resolve().parent.parent / "templates"

@@ -40,7 +40,7 @@ def pg_url():
     with conn.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{name}"')
     yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    from bot.db import engine_for
+    from bot.db.engine import engine_for
     engine_for(f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}").dispose()
     with conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -77,7 +77,7 @@ def rsa_key():
 
 @pytest.fixture(scope="session")
 def migrated(pg_url):
-    from bot import migrate
+    from bot.db import migrate
     migrate.upgrade(pg_url)
     return pg_url
 
@@ -88,10 +88,10 @@ def celery_app(redis_ns):
     pipeline's task name for as long as tests/bot runs (then whatever held the name before is put back, so
     the worker tests that follow in the same session get the real task)."""
     from tests.bot.fake_evaluation import install
-    from worker import celery_app as shared
+    from worker.queue import app as shared
     broker, prefix = redis_ns
     shared.configure(broker, broker, key_prefix=prefix)
-    import bot.tasks  # noqa: F401  (publish tasks)
+    import bot.queue.tasks  # noqa: F401  (publish tasks)
     undo = install(shared.app)
     yield shared.app
     undo()
@@ -157,7 +157,7 @@ def github(rsa_key, remote):
 @pytest.fixture
 def settings(migrated, redis_ns, rsa_key, github, celery_app):
     """Service settings pointing at this test's GitHub server, the session's database and Redis."""
-    from bot.github_client import reset_github_app
+    from bot.github.client import reset_github_app
     from bot.settings import Settings, override_settings
     from worker.config import EvalSettings
     broker, prefix = redis_ns
@@ -176,8 +176,8 @@ def settings(migrated, redis_ns, rsa_key, github, celery_app):
 def _truncate(url: str) -> None:
     from sqlalchemy import text
 
-    from bot.db import engine_for
-    from bot.models import Base
+    from bot.db.engine import engine_for
+    from bot.db.models import Base
     names = ", ".join(t.name for t in Base.metadata.sorted_tables)
     with engine_for(url).begin() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
@@ -229,7 +229,7 @@ def comment_payload(github, number: int, body: str, login: str) -> dict:
 
 
 def signed_headers(body: bytes, event: str, delivery: str | None = None, secret: str = SECRET) -> dict:
-    from bot.signature import sign
+    from bot.github.signature import sign
     return {"Content-Type": "application/json", "X-GitHub-Event": event,
             "X-GitHub-Delivery": delivery or str(uuid.uuid4()), "X-Hub-Signature-256": sign(secret, body),
             "User-Agent": "GitHub-Hookshot/test"}
@@ -239,7 +239,7 @@ def signed_headers(body: bytes, event: str, delivery: str | None = None, secret:
 def client(settings):
     from fastapi.testclient import TestClient
 
-    from bot.webhook import create_app
+    from bot.web.webhook import create_app
     with TestClient(create_app()) as c:
         yield c
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlparse
 
-from worker.celery_app import EVALUATE_TASK
+from worker.queue.app import EVALUATE_TASK
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
 
 BLOCK_TIMEOUT_S = 20.0
@@ -104,7 +104,7 @@ def fake_evaluate(job: dict) -> dict:
 
 def install(celery_app) -> Callable[[], None]:
     """Register the fake as `tokengate.evaluate` on this app, in place of whatever holds the name (the
-    pipeline's task, when worker.tasks was imported); returns the undo. Nothing happens at import, so
+    pipeline's task, when worker.queue.tasks was imported); returns the undo. Nothing happens at import, so
     importing this module for `result_for` leaves the process-wide app alone."""
     registry = celery_app.tasks  # finalizes the app: later registrations are immediate
     previous = registry.pop(EVALUATE_TASK, None)

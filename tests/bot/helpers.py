@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from bot.db import session_scope
+from bot.db.engine import session_scope
 from bot.enums import EvalState
-from bot.models import Delivery, Evaluation
+from bot.db.models import Delivery, Evaluation
 
 
 def evaluations() -> list[Evaluation]:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bot.github_client import GitHubApp
+from bot.github.client import GitHubApp
 from bot.settings import Settings
 from tests.bot.conftest import APP_ID, INSTALLATION_ID
 

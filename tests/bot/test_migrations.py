@@ -6,8 +6,8 @@ import secrets
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from bot import migrate
-from bot.models import Base
+from bot.db import migrate
+from bot.db.models import Base
 from tests.bot.conftest import _pg_connect
 
 TABLES = {t.name for t in Base.metadata.sorted_tables}

@@ -8,7 +8,7 @@ the labels must appear on the server; a `synchronize` push then edits the same c
 
 Two tests: one drives the service with the fake evaluation (`--include tests.bot.fake_gpu_tasks`:
 verdicts chosen by commit message, an evaluation that blocks so its worker can be killed and the
-watchdog seen at work); one runs the real pipeline (worker.tasks, tiny model, CPU quick profile) on
+watchdog seen at work); one runs the real pipeline (worker.queue.tasks, tiny model, CPU quick profile) on
 a clone of this repository whose PR branch carries a real decode slowdown.
 TOKENGATE_E2E_EVAL=fake skips the real one; =real makes a missing pipeline a failure, not a skip.
 """
@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from bot.render import STICKY_MARKER
-from bot.signature import sign
+from bot.github.signature import sign
 from tests.bot.conftest import APP_ID, REDIS, _pg_connect, comment_payload, pr_payload, wait_until
 from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
 
@@ -85,7 +85,7 @@ def real_pipeline_available() -> str | None:
     import importlib.util
     if os.environ.get("TOKENGATE_E2E_EVAL") == "fake":
         return "TOKENGATE_E2E_EVAL=fake"
-    missing = [m for m in ("worker.tasks", "worker.pipeline", "worker.cli") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("worker.queue.tasks", "worker.pipeline", "worker.cli") if importlib.util.find_spec(m) is None]
     if missing:
         if os.environ.get("TOKENGATE_E2E_EVAL") == "real":
             pytest.fail(f"TOKENGATE_E2E_EVAL=real but {missing} are not importable")

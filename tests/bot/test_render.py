@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from bot import render
-from bot.labels import labels_for
+from bot.github.labels import labels_for
 from tests.bot import render_examples
 from tests.bot.fake_evaluation import result_for
 from worker.config import EvalSettings

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from bot.db import session_scope
+from bot.db.engine import session_scope
 from bot.enums import RoundState
-from bot.models import Repository, Round
+from bot.db.models import Repository, Round
 from bot.rounds import close_round
 from bot.service import Service
 from tests.bot.conftest import pr_payload, wait_until

@@ -15,7 +15,7 @@ from bot.settings import Settings, get_settings, override_settings
 def test_no_environment_read_at_import():
     """Importing the service with an environment that would be rejected must not fail: nothing is read yet."""
     env = {**os.environ, "TOKENGATE_ENVIRONMENT": "production", "TOKENGATE_WEBHOOK_SECRET": "changeme"}
-    code = ("import bot.webhook, bot.tasks, bot.cli, bot.rounds, bot.watchdog, bot.queue, worker.celery_app\n"
+    code = ("import bot.web.webhook, bot.queue.tasks, bot.cli, bot.rounds, bot.queue.watchdog, bot.queue.app, worker.queue.app\n"
             "from bot.settings import get_settings\n"
             "try:\n    get_settings()\nexcept Exception as e:\n    print('rejected on use:', type(e).__name__)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,

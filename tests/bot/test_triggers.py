@@ -116,7 +116,7 @@ def test_push_mid_evaluation_supersedes_and_late_result_is_ignored(settings, cel
 
 def _result_seen(eval_id: int) -> bool:
     """The publish task for the superseded evaluation has run (its task result is stored)."""
-    from bot.queue import celery_app
+    from bot.queue.app import celery_app
     ev = next(e for e in evaluations() if e.id == eval_id)
     res = celery_app().AsyncResult(ev.celery_task_id)
     return res.ready()

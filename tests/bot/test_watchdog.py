@@ -13,16 +13,16 @@ import pytest
 from celery import Celery
 from kombu import Exchange, Queue
 
-from bot import watchdog
-from bot.db import session_scope
+from bot.queue import watchdog
+from bot.db.engine import session_scope
 from bot.enums import EvalState, InfraReason, WatchdogAction
 from bot.handlers import Handlers
-from bot.models import Evaluation, utcnow
+from bot.db.models import Evaluation, utcnow
 from bot.service import Service
 from tests.bot.conftest import REDIS, pr_payload
 from tests.bot.helpers import evaluations
-from worker import heartbeat
-from worker.celery_app import GPU_QUEUE, PUBLISH_QUEUE
+from worker.queue import heartbeat
+from worker.queue.app import GPU_QUEUE, PUBLISH_QUEUE
 from worker.records import InfraKind
 
 pytestmark = pytest.mark.services

@@ -7,9 +7,9 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from bot.db import session_scope
-from bot.models import Delivery
-from bot.signature import sign, verify
+from bot.db.engine import session_scope
+from bot.db.models import Delivery
+from bot.github.signature import sign, verify
 from tests.bot.conftest import PAYLOADS, SECRET, pr_payload, signed_headers, wait_until
 from tests.bot.helpers import evaluations, processed
 
@@ -82,7 +82,7 @@ def test_duplicate_events_with_new_delivery_ids_do_not_duplicate_evaluations(set
 
 
 def test_installation_events_are_recorded(settings, celery_worker, send):
-    from bot.models import Installation, Repository
+    from bot.db.models import Installation, Repository
     payload = json.loads((PAYLOADS / "installation.created.json").read_text())
     d = str(uuid.uuid4())
     assert send("installation", payload, delivery=d).status_code == 202

@@ -1,5 +1,5 @@
 """A/A calibration feeds the noise floors and guard bounds; INFRA is retried with backoff."""
-from worker.aa_store import AAStore
+from worker.calibration.aa_store import AAStore
 from worker.cli import calibrate
 from worker.config import EvalSettings
 from worker.guards import guard_bounds

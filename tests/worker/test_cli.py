@@ -4,7 +4,7 @@ import json
 from rich.console import Console
 
 from worker import cli
-from worker.aa_store import AAStore
+from worker.calibration.aa_store import AAStore
 
 from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from worker.aa_store import AAStore
+from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
 from worker.records import InfraKind, Verdict
 from worker.sandbox import detect_isolation

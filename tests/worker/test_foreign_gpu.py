@@ -2,7 +2,7 @@
 import subprocess
 
 from worker import telemetry
-from worker.aa_store import AAStore
+from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
 from worker.records import InfraKind, Verdict
 

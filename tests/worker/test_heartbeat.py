@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from worker import heartbeat
+from worker.queue import heartbeat
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
 pytestmark = pytest.mark.services
@@ -53,12 +53,12 @@ def test_a_dead_process_stops_looking_alive_after_the_ttl(redis_prefix):
 
 
 def test_the_evaluation_task_beats_only_while_it_runs(redis_prefix):
-    """The task_prerun/postrun hooks of worker/celery_app.py, through a real worker thread (an app of its own,
+    """The task_prerun/postrun hooks of worker/queue/app.py, through a real worker thread (an app of its own,
     so the process-wide app and whatever task it has registered are left alone)."""
     from celery import Celery
     from celery.contrib.testing.worker import start_worker
 
-    from worker.celery_app import EVALUATE_TASK, HEARTBEAT_TTL_CONF
+    from worker.queue.app import EVALUATE_TASK, HEARTBEAT_TTL_CONF
     client, prefix = redis_prefix
     seen = {}
     app = Celery("heartbeat-test", set_as_current=False)

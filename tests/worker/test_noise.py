@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from worker.noise import false_significance_bound, floor_from_history, gate_null, pairs_needed
+from worker.gates.noise import false_significance_bound, floor_from_history, gate_null, pairs_needed
 
 
 def test_bound_formula_and_pairs_needed():

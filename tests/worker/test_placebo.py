@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.aa_store import AAStore
+from worker.calibration.aa_store import AAStore
 from worker.config import EvalSettings, ModelSpec
-from worker.placebo import run_placebo
+from worker.calibration.placebo import run_placebo
 
 REPO = Path(__file__).resolve().parents[2]
 

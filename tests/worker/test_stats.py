@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from worker.config import EvalSettings
-from worker.stats import compare, compare_pairs, pair_delta, significant
+from worker.gates.stats import compare, compare_pairs, pair_delta, significant
 
 
 def test_compare_detects_a_clear_slowdown():

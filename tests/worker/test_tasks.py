@@ -5,7 +5,7 @@ import uuid
 import pytest
 import redis
 
-from worker.celery_app import EVALUATE_TASK, app, configure
+from worker.queue.app import EVALUATE_TASK, app, configure
 from worker.records import EvalResult, Verdict
 
 from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
@@ -25,7 +25,7 @@ def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
     _redis_or_skip()
     from celery.contrib.testing.worker import start_worker
 
-    import worker.tasks  # noqa: F401  (registers the task)
+    import worker.queue.tasks  # noqa: F401  (registers the task)
 
     prefix = f"tgtest-{uuid.uuid4().hex[:8]}:"
     configure(REDIS_URL, REDIS_URL, key_prefix=prefix)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import sandbox
+from worker import sandbox
 
 DRIVER_SRC = Path(__file__).with_name("driver.py")
 

@@ -5,7 +5,7 @@ import threading
 
 from celery import Celery
 
-from worker import celery_app as shared
+from worker.queue import app as shared
 
 _lock = threading.Lock()
 _configured: list[str] = []

@@ -4,7 +4,7 @@ A small SQLite file (stdlib sqlite3) under the cache dir, keyed by the measuring
 fingerprint), profile and model. The noise floor of a gate and the guard floors are computed
 from these rows; the bot's database is not involved (the GPU side holds no DB credentials).
 
-Speed rows are *process-pair* deltas (worker/noise.py), also keyed by the measurement protocol
+Speed rows are *process-pair* deltas (worker/gates/noise.py), also keyed by the measurement protocol
 (reps, clock, tokens...): a floor is only valid for deltas measured the same way. The older
 `gate_delta` table (one row per evaluation, no protocol) is left in place and no longer read.
 """
@@ -15,7 +15,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from .paths import cache_dir
+from worker.paths import cache_dir
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gate_delta (

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import models as model_files
-from .aa_store import AAStore
-from .bench import gate_specs
-from .checkout import checkout_pair, remove_worktree
-from .config import EvalSettings
-from .guards import guard_bounds, guard_result, reference_version, score_revisions
-from .pipeline import Evaluation, Job, ModelOutcome
-from .records import Verdict
+from worker import models as model_files
+from worker.calibration.aa_store import AAStore
+from worker.gates.bench import gate_specs
+from worker.checkout import checkout_pair, remove_worktree
+from worker.config import EvalSettings
+from worker.guards import guard_bounds, guard_result, reference_version, score_revisions
+from worker.pipeline import Evaluation, Job, ModelOutcome
+from worker.records import Verdict
 
 
 @dataclass

@@ -6,12 +6,12 @@ import logging
 from github import GithubException
 from sqlalchemy import select
 
-from bot.db import session_scope
+from bot.db.engine import session_scope
 from bot.handlers import Handlers
-from bot.models import Delivery, utcnow
+from bot.db.models import Delivery, utcnow
 from bot.service import FAILURE_TASK, RESULT_TASK, Service
-from bot.webhook import HANDLE_TASK
-from worker.celery_app import STARTED_TASK, app
+from bot.web.webhook import HANDLE_TASK
+from worker.queue.app import STARTED_TASK, app
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def evaluation_failed(*args) -> str:
     if len(head) >= 2 and isinstance(head[1], BaseException):
         detail = f"{type(head[1]).__name__}: {head[1]}"
     elif head:
-        from bot.queue import celery_app
+        from bot.queue.app import celery_app
         res = celery_app().AsyncResult(head[0])
         if res.failed():
             detail = f"{type(res.result).__name__}: {res.result}"
@@ -94,7 +94,7 @@ def close_due_rounds() -> list[str]:
 @app.task(name=WATCHDOG_TASK)
 def reap_lost_evaluations() -> list[str]:
     """Active evaluations whose task vanished or is overdue → INFRA, retried per settings (beat, every minute)."""
-    from bot import watchdog
+    from bot.queue import watchdog
     service = Service()
     with session_scope() as session:
         findings = watchdog.inspect_active(session, service.settings, watchdog.TaskProbe(service.celery))

@@ -15,10 +15,10 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from .celery_app import EVALUATE_TASK, app
-from .config import EvalSettings
-from .paths import cache_dir
-from .records import EvalResult, InfraKind, Verdict
+from worker.queue.app import EVALUATE_TASK, app
+from worker.config import EvalSettings
+from worker.paths import cache_dir
+from worker.records import EvalResult, InfraKind, Verdict
 
 SOFT_LIMIT_S = 3 * 3600  # above every profile's eval_timeout_s; the pipeline has its own per-request limits
 HARD_LIMIT_S = SOFT_LIMIT_S + 300
@@ -87,7 +87,7 @@ def _secrets() -> list[str]:
 
 def run_job(job: dict) -> dict:
     """Evaluate one job dict (the task body, callable without Celery)."""
-    from .pipeline import Evaluation, Job
+    from worker.pipeline import Evaluation, Job
 
     settings = EvalSettings.model_validate(job["settings"]) if job.get("settings") else EvalSettings()
     key = idempotency_key(job)

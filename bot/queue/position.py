@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bot.enums import EvalState
-from bot.models import Evaluation
+from bot.db.models import Evaluation
 from bot.render import QueueInfo
 
 RECENT = 20  # finished evaluations used for the ETA
@@ -26,7 +26,7 @@ def queue_info(session: Session, ev: Evaluation, gpu_workers: int) -> QueueInfo 
     if ev.state == EvalState.RUNNING:
         eta = None
         if median is not None and ev.started_at is not None:
-            from bot.models import utcnow
+            from bot.db.models import utcnow
             started = ev.started_at if ev.started_at.tzinfo else ev.started_at.replace(tzinfo=utcnow().tzinfo)
             eta = max(median - (utcnow() - started).total_seconds(), 0.0)
         return QueueInfo(position=None, ahead_running=running, eta_s=eta, median_duration_s=median)

@@ -1,6 +1,6 @@
 """The one Celery app shared by both sides (no import of bot here: imports go bot → worker).
 
-Tasks bind to `app` at import (`@app.task(name=...)` in worker/tasks.py and bot/tasks.py);
+Tasks bind to `app` at import (`@app.task(name=...)` in worker/queue/tasks.py and bot/queue/tasks.py);
 the process that starts a worker or sends a task calls `configure()` once with its broker URL.
 Queues: `gpu` (evaluations, GPU boxes, no credentials) and `publish` (GitHub writes and DB updates,
 bot side only). The two sides talk only by task *name*, never by import.
@@ -13,7 +13,7 @@ from celery import Celery
 from celery.signals import task_postrun, task_prerun
 from kombu import Exchange, Queue
 
-from . import heartbeat
+from worker.queue import heartbeat
 
 EVALUATE_TASK = "tokengate.evaluate"  # gpu: job dict -> EvalResult.to_dict()
 STARTED_TASK = "tokengate.evaluation_started"  # publish: (eval_id, hostname), sent when an evaluation starts

@@ -15,10 +15,10 @@ from starlette.concurrency import run_in_threadpool
 from sqlalchemy import delete, text
 from sqlalchemy.exc import IntegrityError
 
-from bot.db import session_scope
-from bot.models import Delivery
+from bot.db.engine import session_scope
+from bot.db.models import Delivery
 from bot.settings import get_settings
-from bot.signature import verify
+from bot.github.signature import verify
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def receive(body: bytes, headers) -> JSONResponse:
             session.add(Delivery(id=delivery_id[:64], event=event, action=action))
     except IntegrityError:
         return JSONResponse({"status": "duplicate", "delivery": delivery_id}, status_code=200)
-    from bot.queue import celery_app
+    from bot.queue.app import celery_app
     try:
         celery_app().send_task(HANDLE_TASK, args=[delivery_id, event, payload], queue="publish",
                                task_id=f"delivery-{delivery_id}")

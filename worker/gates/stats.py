@@ -3,7 +3,7 @@
 Samples come in ABBA reps (base and head measured next to each other), so drifts of the box that
 are slower than one rep cancel in the rep's log ratio. Reps come from one or more *process pairs*
 (fresh base and head processes); a process pair's own speed offset is the same in all its reps,
-so significance is decided per process pair against the A/A floor (worker/noise.py), and the
+so significance is decided per process pair against the A/A floor (worker/gates/noise.py), and the
 bootstrap interval over reps is an extra condition, never the only one.
 """
 from __future__ import annotations

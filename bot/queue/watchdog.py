@@ -1,7 +1,7 @@
 """Watchdog: active evaluations whose task vanished or is overdue become INFRA (and are retried per settings).
 
 Runs from the publish worker's beat every `watchdog_interval_s`. What counts as a live task:
-  running → its heartbeat key (worker/heartbeat.py) exists in Redis;
+  running → its heartbeat key (worker/queue/heartbeat.py) exists in Redis;
   queued  → its message is still in the `gpu` queue or held unacknowledged by a worker, or it
             already beats (the "started" message is on its way).
 A task that finished but whose result has not been published yet is not lost: the result is in
@@ -19,10 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.enums import EvalState, InfraReason, WatchdogAction
-from bot.models import Evaluation, utcnow
+from bot.db.models import Evaluation, utcnow
 from bot.settings import Settings
-from worker import heartbeat
-from worker.celery_app import GPU_QUEUE
+from worker.queue import heartbeat
+from worker.queue.app import GPU_QUEUE
 from worker.records import InfraKind
 
 log = logging.getLogger(__name__)

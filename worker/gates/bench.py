@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import ModelSpec, ProfileSettings, gate_name
-from .faults import infra
-from .harness.client import RevisionFault, RevisionProcess
-from .records import InfraKind
+from worker.config import ModelSpec, ProfileSettings, gate_name
+from worker.faults import infra
+from worker.harness.client import RevisionFault, RevisionProcess
+from worker.records import InfraKind
 
 
 @dataclass(frozen=True)
