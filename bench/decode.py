@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 LLAMA_CPP_TG128 = {  # llama-bench -fa 1 on the same H200 box and synthetic files (notes/gpu-run1.md); 9B: the
-    # shared anchor (shared/bench/llamacpp-h200-anchor.json), the file was not made in that run
+    # shared anchor (bench/anchors/llamacpp-h200-anchor.json), the file was not made in that run
     "0.8b": {0: 574.0, 4096: 577.0, 16384: 547.0},
     "4b": {0: 274.0, 4096: 277.0, 16384: 262.0},
     "9b": {0: 212.5, 16384: 209.1},

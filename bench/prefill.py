@@ -40,12 +40,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-LLAMACPP = {  # llama.cpp tok/s on the same synthetic files, shared/bench/llamacpp-h200-anchor.json
+LLAMACPP = {  # llama.cpp tok/s on the same synthetic files, bench/anchors/llamacpp-h200-anchor.json
     "0.8b": {512: 30610.0, 4096: 31155.0, 32768: 28804.7},
     "4b": {512: 11254.6, 4096: 11787.8, 32768: 10945.2},
     "9b": {512: 8302.2, 4096: 8413.4, 32768: 8003.3},
 }
-FLA_US = {  # fla chunk_gated_delta_rule µs/layer (hv -> T -> µs), shared/bench/fla-gdn-h200.json
+FLA_US = {  # fla chunk_gated_delta_rule µs/layer (hv -> T -> µs), bench/anchors/fla-gdn-h200.json
     16: {512: 53.8, 4096: 189.3, 32768: 1369.3},
     32: {512: 62.9, 4096: 272.8, 32768: 2059.6},
 }

@@ -1,6 +1,6 @@
 """Run the fp32 reference on CUDA and check it against the HF logits and against the CPU run.
 
-    python3 bench/reference_cuda_check.py [--fixtures /work/shared/fixtures/qwen35-tiny]
+    python3 bench/reference_cuda_check.py [--fixtures tests/fixtures/qwen35-tiny]
 
 Prints one JSON line: relative errors (batched, token by token) vs HF, CUDA-vs-CPU relative
 error, and decode ms/token of the tiny shape (random weights) on CUDA.
@@ -29,7 +29,7 @@ def rel(a, b):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fixtures", default="/work/shared/fixtures/qwen35-tiny")
+    ap.add_argument("--fixtures", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "qwen35-tiny"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print(json.dumps({"error": "CUDA not available"}))

@@ -25,9 +25,7 @@ from runtime.gguf import load_gguf  # noqa: E402
 from runtime.synth.factory import synthesize  # noqa: E402
 from runtime.synth.plan import type_counts  # noqa: E402
 
-ANCHOR_PATHS = [Path(os.environ.get("TOKENGATE_SHARED", "")) / "bench/llamacpp-h200-anchor.json",
-                Path(__file__).resolve().parents[1] / "shared/bench/llamacpp-h200-anchor.json",
-                Path(__file__).resolve().parents[2] / "shared/bench/llamacpp-h200-anchor.json"]
+ANCHOR_PATHS = [Path(__file__).resolve().parent / "anchors" / "llamacpp-h200-anchor.json"]
 
 
 def anchor():

@@ -1,6 +1,6 @@
 """Qwen3.5 (`qwen35`) model hyper-parameters and the named shapes we synthesise.
 
-Numbers follow docs: ../shared/docs/qwen35-architecture.md §2 and §8.2.
+Numbers follow docs: docs/qwen35-architecture.md §2 and §8.2.
 """
 from __future__ import annotations
 

@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# shared/ beside the checkout, or TOKENGATE_SHARED.
-SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-PAYLOAD = SHARED / "github" / "payloads" / "pull_request.opened.json"
+# a GitHub example payload copied into the test fixtures
+PAYLOAD = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "github" / "payloads" / "pull_request.opened.json"
 
 
 def free_port() -> int:

@@ -1,15 +1,37 @@
 """Suite-wide test setup.
 
-`TOKENGATE_SHARED` points at the read-only shared/ folder that sits beside the checkout (on a
-developer machine and in CI alike); tests read fixtures from there.
+Test data lives in the repository (`tests/paths.py`); nothing outside the checkout is read. Tests marked
+`services` need the PostgreSQL and Redis on 127.0.0.1 (`.ci/run` starts them) and skip, saying which one
+and how to start it, when they are down.
 """
-import os
-from pathlib import Path
+import socket
+from functools import lru_cache
 
+import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("TOKENGATE_SHARED", str(REPO.parent / "shared"))
 
 # On the 2-core CI box a second torch thread only spins; one thread is faster and repeatable.
 torch.set_num_threads(1)
+
+SERVICES = {
+    "PostgreSQL": (5432, "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"),
+    "Redis": (6379, 'redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save ""'),
+}
+
+
+@lru_cache(maxsize=None)
+def service_down(name: str) -> str | None:
+    """A one-line reason when the named service does not accept connections on 127.0.0.1, else None."""
+    port, how = SERVICES[name]
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError as exc:
+        return f"{name} on 127.0.0.1:{port} is not reachable ({exc.strerror or exc}); start it with `{how}` or run .ci/run"
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("services"):
+        for name in SERVICES:
+            if reason := service_down(name):
+                pytest.skip(reason)

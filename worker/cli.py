@@ -2,7 +2,8 @@
 
 The bot's argparse dispatcher (bot/cli.py) calls `add_arguments_*` and the `*_command(args)`
 functions here; each returns the process exit status: 0 a verdict on the PR that is not a
-failure (a tier or none), 1 REJECT / BUILD_FAILED, 3 INFRA.
+failure (a tier or none), 1 REJECT / BUILD_FAILED, 3 INFRA. `tokengate demo` is the exception: it exits 0
+when its planted slowdown was rejected (its job) and 2, saying why, when it was not.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from worker.records import EvalResult, Verdict
 from worker.report import comment_markdown, verdict_table
 
 EXIT = {Verdict.REJECT: 1, Verdict.BUILD_FAILED: 1, Verdict.INFRA: 3}
+DEMO_FAILED = 2  # `tokengate demo` could not show the planted slowdown rejected
 
 # The demo PR's real change: decode does its work twice (same outputs, half the speed).
 DEMO_SLOWER_PATCH = '''
@@ -202,7 +204,22 @@ def demo_command(args, *, console=None) -> int:
         job = Job(repo=str(repo), base_ref=base, head_ref=head, profile=args.profile, models=_models(args),
                   device=args.device)
         result = run_eval(job, _settings(args), args.out or Path.cwd() / "tokengate-demo", console)
-    return EXIT.get(result.verdict, 0)
+    ok, why = demo_outcome(result)
+    if not ok:
+        console.print(f"[bold red]demo failed:[/] {why}")
+    return 0 if ok else DEMO_FAILED
+
+
+def demo_outcome(result: EvalResult) -> tuple[bool, str]:
+    """Did the demo do its job? Its PR doubles the decode work, so the verdict must be REJECT and name a
+    decode gate as the regression; anything else (a pass, a tier, INFRA, a REJECT for another reason)
+    means the demo could not show what it exists to show."""
+    if result.verdict != Verdict.REJECT:
+        return False, f"expected REJECT for the planted 2x decode slowdown, got {result.verdict.value}: {result.summary}"
+    decode = [g.gate for g in result.gates if g.regression and g.gate.startswith("decode")]
+    if not decode:
+        return False, f"REJECT without a decode-gate regression ({result.summary}): not the planted slowdown"
+    return True, f"the planted slowdown was rejected on {', '.join(decode)}"
 
 
 def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models: list[str] | None = None,

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.paths import TINY
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first triton import
 
-FIX = Path(os.environ.get("TOKENGATE_SHARED", "")) / "fixtures" / "qwen35-tiny" / "qwen35-tiny4-Q4_K_M.gguf"
+FIX = TINY / "qwen35-tiny4-Q4_K_M.gguf"
 
 
 @pytest.mark.slow

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.paths import GITHUB
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379"
-SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-PAYLOADS = SHARED / "github" / "payloads"
+PAYLOADS = GITHUB / "payloads"
 SECRET = "test-webhook-secret-" + secrets.token_hex(4)
 APP_ID = 29310
 INSTALLATION_ID = 1

@@ -23,10 +23,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 import jwt
+from tests.paths import GITHUB
 
 # shared/ lies beside the checkout (developer machines and CI alike).
-SHARED = Path(os.environ.get("TOKENGATE_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-SUBSET = SHARED / "github" / "rest-api-subset.json"
+SUBSET = GITHUB / "rest-api-subset.json"
 
 
 def _examples() -> dict:

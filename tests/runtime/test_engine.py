@@ -9,6 +9,7 @@ import runtime
 from runtime.engine import ReferenceEngine, load_engine
 from runtime.gguf import GGUFError
 from runtime.models.random_weights import random_weights, small_config
+from tests.paths import TINY
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -20,7 +21,7 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-FIXTURES = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
+FIXTURES = TINY
 F32_GGUF = FIXTURES / "qwen35-tiny4-f32.gguf"
 needs_fixture = pytest.mark.skipif(not F32_GGUF.exists(), reason="qwen35-tiny fixture missing")
 

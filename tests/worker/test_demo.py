@@ -24,3 +24,21 @@ def test_demo_repo_has_a_pr_branch_with_a_real_change(tmp_path):
             "b.prefill([1, 2, 3]); b.snapshot(); y = e._demo_fast_decode(b, 4)\n"
             "assert torch.equal(x, y) and a.position == b.position == 4\n")
     subprocess.run([sys.executable, "-c", code], cwd=repo, check=True, timeout=120)
+
+
+def _result(verdict, gates=()):
+    from worker.records import EvalResult, GateResult
+    return EvalResult(repo="r", pr_number=None, base_sha="b", head_sha="h", profile="quick", verdict=verdict,
+                      summary="s", gates=[GateResult("tiny", g, "decode_tok_s", 1.0, 0.5, -0.5, None, None, 0.05,
+                                                     True, True) for g in gates])
+
+
+def test_demo_succeeds_only_when_the_planted_decode_slowdown_is_rejected():
+    from worker.cli import demo_outcome
+    from worker.records import Verdict
+    assert demo_outcome(_result(Verdict.REJECT, ["decode@32"]))[0]
+    # Anything else is the demo failing at its job, and it says so.
+    for bad in (_result(Verdict.REJECT, ["prefill@32"]), _result(Verdict.REJECT), _result(Verdict.NONE),
+                _result(Verdict.INFRA), _result(Verdict.L)):
+        ok, why = demo_outcome(bad)
+        assert not ok and why

@@ -14,6 +14,7 @@ import pytest
 from worker.calibration.aa_store import AAStore
 from worker.config import EvalSettings, ModelSpec
 from worker.calibration.placebo import run_placebo
+from tests.paths import TINY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,7 @@ def quick_settings() -> EvalSettings:
 
         return s
     except ImportError:
-        fixture = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny" / "qwen35-tiny4-Q4_K_M.gguf"
+        fixture = TINY / "qwen35-tiny4-Q4_K_M.gguf"
         if not fixture.exists():
             pytest.skip(f"no synthetic model factory and no fixture at {fixture}")
         primary = next(m for m in quick.models if m.role == "primary")

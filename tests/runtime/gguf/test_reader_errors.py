@@ -10,8 +10,9 @@ import pytest
 from runtime.config import ModelConfig
 from runtime.gguf import GGUFError, load_gguf
 from runtime.gguf.names import expected_tensors
+from tests.paths import TINY
 
-FIXTURE_Q4 = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
+FIXTURE_Q4 = (TINY / "qwen35-tiny4-Q4_K_M.gguf")
 
 # A qwen35 model small enough to write in a millisecond: 3 DeltaNet layers + 1 attention layer.
 MICRO = ModelConfig(

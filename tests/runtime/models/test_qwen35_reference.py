@@ -8,6 +8,7 @@ import torch
 
 from runtime.models.qwen35_reference import Qwen35Reference, check_weights
 from runtime.models.random_weights import random_weights, small_config
+from tests.paths import TINY
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -19,7 +20,7 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-FIXTURES = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
+FIXTURES = TINY
 needs_fixture = pytest.mark.skipif(
     not (FIXTURES / "qwen35-tiny4-f32.gguf").exists(), reason="qwen35-tiny fixture missing"
 )

@@ -10,8 +10,9 @@ import torch
 from runtime.gguf import GGMLType, load_gguf
 from runtime.gguf.types import BLOCK
 from runtime.quant import dequantize, dequantize_bytes
+from tests.paths import TINY
 
-FIXTURE = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny/qwen35-tiny4-Q4_K_M.gguf")
+FIXTURE = (TINY / "qwen35-tiny4-Q4_K_M.gguf")
 
 # Byte offsets of the fp16 scale fields inside one block.
 F16_FIELDS = {

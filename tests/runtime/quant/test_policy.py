@@ -11,9 +11,9 @@ from runtime.config import SHAPES
 from runtime.gguf import GGMLType, load_gguf, tensor_nbytes
 from runtime.gguf.names import expected_tensors
 from runtime.quant.policy import FILE_TYPE, MIXES, model_nbytes, q4_k_m_type, tensor_type, tensor_types, use_more_bits
+from tests.paths import TINY, ANCHOR
 
-FIXTURES = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny")
-ANCHOR = (Path(os.environ["TOKENGATE_SHARED"]) / "bench/llamacpp-h200-anchor.json")
+FIXTURES = TINY
 
 
 @pytest.fixture(scope="module")

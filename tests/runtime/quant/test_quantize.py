@@ -11,8 +11,9 @@ import torch
 from runtime.gguf import GGMLType, load_gguf
 from runtime.gguf.types import BLOCK
 from runtime.quant import dequantize_bytes, quantize
+from tests.paths import TINY
 
-FIXTURES = (Path(os.environ["TOKENGATE_SHARED"]) / "fixtures/qwen35-tiny")
+FIXTURES = TINY
 K_TYPES = [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 ALL_QUANT = [GGMLType.Q8_0, *K_TYPES]
 

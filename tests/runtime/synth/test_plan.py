@@ -8,8 +8,9 @@ import pytest
 from runtime.config import SHAPES
 from runtime.synth.factory import make_plan
 from runtime.synth.plan import bytes_by_type, plan, type_counts
+from tests.paths import ANCHOR
 
-ANCHOR = json.loads((Path(os.environ["TOKENGATE_SHARED"]) / "bench/llamacpp-h200-anchor.json").read_text())["q4_k_m_tensor_types"]
+ANCHOR = json.loads(ANCHOR.read_text())["q4_k_m_tensor_types"]
 
 
 @pytest.mark.parametrize("shape", ["tiny", "0.8b", "4b", "9b"])

@@ -9,8 +9,9 @@ import torch
 from runtime.gguf import load_gguf
 from runtime.triton import decode as decode_mod
 from runtime.triton.engine import load_triton_engine
+from tests.paths import TINY
 
-FIX = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
+FIX = TINY
 pytestmark = [pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present"), pytest.mark.slow]
 
 

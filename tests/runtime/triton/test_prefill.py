@@ -15,8 +15,9 @@ import torch
 from runtime.gguf import load_gguf
 from runtime.models.qwen35_reference import Qwen35Reference
 from runtime.triton.engine import load_triton_engine
+from tests.paths import TINY
 
-FIX = Path(os.environ["TOKENGATE_SHARED"]) / "fixtures" / "qwen35-tiny"
+FIX = TINY
 pytestmark = pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
