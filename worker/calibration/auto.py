@@ -1,0 +1,126 @@
+"""Self-calibration: record A/A process pairs of main until every gate of the profile can back
+the false-significance bound (or `calibration_pairs_target`, if larger).
+
+Pairs, not whole evaluations: one checkout of main twice, one trusted reference for the
+vocabulary, then fresh base-vs-base process pairs, each sweeping every gate of the model once;
+every pair is an independent draw of each gate's null, taken whatever the earlier ones showed.
+The accuracy guards' A/A seed scores are recorded from the first pairs too. Resumable: it counts
+what the store already holds under this worker's calibration key (a re-created worker with the
+same GPU, driver, torch and triton finds its history on the compose volume and records nothing).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from worker import models as model_files
+from worker.calibration.aa_store import AAStore
+from worker.checkout import checkout_pair, remove_worktree
+from worker.config import EvalSettings
+from worker.gates.bench import gate_specs
+from worker.gates.noise import history_needed
+from worker.gates.stats import pair_delta
+from worker.guards import guard_key, reference_version, score_revisions
+
+
+@dataclass
+class CalibrationRun:
+    key: str
+    target: dict[str, int]  # "model gate" → A/A pairs wanted
+    before: dict[str, int]
+    after: dict[str, int] = field(default_factory=dict)
+    pairs_recorded: int = 0
+    seconds: float = 0.0
+    per_pair_seconds: list[float] = field(default_factory=list)
+    done: bool = False
+    stopped: str | None = None  # why it stopped before the target (time budget)
+
+
+def targets(ev, s: EvalSettings) -> dict[tuple[str, str], int]:
+    per_side = s.false_significance_rate / ev.gate_count() / 2
+    return {(m.name, g): max(s.calibration_pairs_target, history_needed(per_side, ev.profile.max_pairs_for(g)))
+            for m in ev.profile.models for g in m.gate_names()}
+
+
+def counts(ev) -> dict[tuple[str, str], int]:
+    now = time.time()
+    return {(m.name, g): len(ev.store.pair_rows(ev.host, ev.job.profile, ev.protocol_key(m.name), m.name, g,
+                                                since=now - ev.settings.aa_max_age_days * 86400))
+            for m in ev.profile.models for g in m.gate_names()}
+
+
+def calibrated(ev) -> bool:
+    want, have = targets(ev, ev.settings), counts(ev)
+    return all(have[k] >= n for k, n in want.items())
+
+
+def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AAStore | None = None,
+                    workdir=None, trusted_root=None, budget_s: float | None = None, progress=None,
+                    base_sha: str | None = None, device: str | None = None, models: list[str] | None = None
+                    ) -> CalibrationRun:
+    """Record A/A pairs of `ref` until every gate reaches its target, or `budget_s` runs out."""
+    from worker.pipeline import Evaluation, Job  # the pipeline imports this package
+
+    job = Job(repo=repo, base_ref=ref, head_ref=ref, base_sha=base_sha, head_sha=base_sha,
+              profile=settings.profile, device=device, models=models)
+    ev = Evaluation(job, settings, store=store, workdir=workdir, trusted_root=trusted_root, progress=progress)
+    want = targets(ev, settings)
+    have = counts(ev)
+    run = CalibrationRun(ev.host, {f"{m} {g}": n for (m, g), n in want.items()},
+                         {f"{m} {g}": n for (m, g), n in have.items()})
+    t0 = time.monotonic()
+    guard_wanted = math.ceil(settings.min_aa_samples / len(ev.profile.seeds))
+    if all(have[k] >= n for k, n in want.items()):
+        run.after, run.done = run.before, True
+        return run
+    ev.workdir.mkdir(parents=True, exist_ok=True)
+    git_dir, base, head = checkout_pair(repo, ref, ref, ev.workdir, base_sha, base_sha)
+    ev.revs = {"base": base, "head": head}
+    ref_version = reference_version(ev.trusted_root)
+    n = 0
+    try:
+        for spec in ev.profile.models:
+            gates = gate_specs(spec, ev.profile)
+            resolved = model_files.resolve(spec, ev.trusted_root)
+            gkey = guard_key(resolved.sha256, ref_version)
+            procs = ev.make_procs(ev.revs, [resolved.path])
+            with procs["reference"] as reference:
+                reference.start(ev.profile.load_timeout_s)
+                vocab = reference.request("load", path=str(resolved.path), device=ev.profile.device,
+                                          max_context=ev.profile.max_context(spec), backend="reference",
+                                          phase="load", timeout=ev.profile.load_timeout_s)[0]["vocab_size"]
+                guards_have = len(ev.store.guard_aa(gkey, job.profile)) // len(ev.profile.seeds)
+                while True:
+                    missing = [g for g in gates if have[(spec.name, g.name)] < want[(spec.name, g.name)]]
+                    need_guard = guards_have < guard_wanted
+                    if not missing and not need_guard:
+                        break
+                    if budget_s is not None and time.monotonic() - t0 > budget_s:
+                        run.stopped = f"time budget of {budget_s:.0f} s used; run again to continue"
+                        break
+                    tp = time.monotonic()
+                    with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
+                        n += 1
+                        if need_guard:
+                            sc = score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
+                                                 ref_version=ref_version, profile=ev.profile)
+                            ev._record_guard_aa(gkey, sc)
+                            guards_have += 1
+                        sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"calib{n}", spec) if gates else None
+                    for g in gates:  # every gate of this pair: each is an independent draw of its null
+                        d = pair_delta(sw.values("base", g.name), sw.values("head", g.name))
+                        ev.store.add_pair_delta(ev.host, job.profile, ev.protocol_key(spec.name), spec.name, g.name,
+                                                d, sha=base.sha)
+                        have[(spec.name, g.name)] += 1
+                    run.pairs_recorded += 1
+                    run.per_pair_seconds.append(round(time.monotonic() - tp, 3))
+                if run.stopped:
+                    break
+    finally:
+        for rev in ev.revs.values():
+            remove_worktree(git_dir, rev)
+    run.seconds = round(time.monotonic() - t0, 3)
+    run.after = {f"{m} {g}": k for (m, g), k in counts(ev).items()}
+    run.done = all(counts(ev)[k] >= v for k, v in want.items())
+    return run
