@@ -15,7 +15,8 @@ from worker.sandbox import detect_isolation
 from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
 
 
-def _eval(tmp_path, head=None, base=None, secrets=None, settings=None, calibrate=False, job=None, **prof):
+def _eval(tmp_path, head=None, base=None, secrets=None, settings=None, calibrate=False, job=None, store=None,
+          **prof):
     """One evaluation of fake runtimes. `calibrate`: first record A/A pairs of main (pairs only,
     worker/calibration/auto.py) under `settings` (give it a loose rate to keep the test short)."""
     repo = make_repo(tmp_path, head=head, base=base)
@@ -27,7 +28,7 @@ def _eval(tmp_path, head=None, base=None, secrets=None, settings=None, calibrate
     spec = profile.models[0].model_copy(update={k: defaults.pop(k) for k in ("decode_contexts", "prefill_contexts")})
     profile = profile.model_copy(update={"models": models or [spec], **defaults})
     s = make_settings(profile, **(settings or {}))
-    store = AAStore(tmp_path / "aa.sqlite")
+    store = store or AAStore(tmp_path / "aa.sqlite")
     if calibrate:
         from worker.calibration.auto import calibrate_pairs
 

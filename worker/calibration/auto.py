@@ -96,7 +96,10 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
                     need_guard = guards_have < guard_wanted
                     if not missing and not need_guard:
                         break
-                    if budget_s is not None and time.monotonic() - t0 > budget_s:
+                    # Stop when the next pair would end past the budget (pieces of a bounded length);
+                    # the first pair always runs, so every piece makes progress.
+                    est = max(run.per_pair_seconds, default=0.0)
+                    if budget_s is not None and run.per_pair_seconds and time.monotonic() - t0 + est > budget_s:
                         run.stopped = f"time budget of {budget_s:.0f} s used; run again to continue"
                         break
                     tp = time.monotonic()
