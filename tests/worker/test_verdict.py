@@ -86,3 +86,18 @@ def test_no_new_verdict_can_be_merged_or_look_green():
     labels = labels_for(mixed, S)
     assert "eval:mixed" in labels and "regression-m-prefill@512" in labels
     assert not any(l.startswith("eval-m:") and l.split(":")[1] in ("S", "M", "L", "XL") for l in labels)
+
+
+def test_head_oom_is_judged_by_base_measured_memory_not_the_message():
+    from worker.faults import classify
+    from worker.harness.client import RevisionFault
+
+    f = RevisionFault("head", "load", "oom", "MemoryError")
+    fits = classify(f, "m", {"base_peak_bytes": 1 << 30, "limit_bytes": 16 << 30})
+    assert fits.verdict is Verdict.REJECT and fits.failure["kind"] == "oom" and "1024 MiB" in fits.detail
+    tight = classify(f, "m", {"base_peak_bytes": 15 << 30, "limit_bytes": 16 << 30})
+    assert tight.verdict is Verdict.INFRA  # main itself nearly fills the box: not the PR's fault
+    assert classify(f, "m", None).verdict is Verdict.INFRA  # nothing measured: no blame
+    assert classify(RevisionFault("base", "load", "oom", "x"), "m").verdict is Verdict.INFRA
+    assert classify(RevisionFault("head", "measure", "sandbox", "x"), "m").verdict is Verdict.INFRA
+    assert classify(RevisionFault("head", "measure", "error", "CUDA error: illegal address"), "m").failure

@@ -14,6 +14,7 @@ Speed rows are *process-pair* deltas (worker/gates/noise.py), also keyed by the 
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from contextlib import closing
@@ -47,7 +48,8 @@ CREATE INDEX IF NOT EXISTS guard_aa_key ON guard_aa(guard_key, profile);
 
 class AAStore:
     def __init__(self, path: Path | str | None = None):
-        self.path = Path(path) if path else cache_dir() / "aa.sqlite"
+        env = os.environ.get("TOKENGATE_AA_HISTORY")  # the compose volume (docker-compose.yml)
+        self.path = Path(path) if path else (Path(env) if env else cache_dir() / "aa.sqlite")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:
             db.executescript(_SCHEMA)

@@ -55,6 +55,55 @@ def calibrated(ev) -> bool:
     return all(have[k] >= n for k, n in want.items())
 
 
+def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: float | None = None,
+              head_ref: str | None = None, head_sha: str | None = None, on_guard=None) -> tuple[int, list, str | None]:
+    """Fresh process pairs of ev.job's base (vs `head_ref`, default: base itself), each sweeping every
+    gate of a model once, while `want_more(spec, gates)`; `on_pair(spec, {gate: delta})` gets each.
+    `on_guard(spec, gkey, scores)` scores the accuracy guards on a pair while it returns True.
+    Returns (pairs, per-pair seconds, why it stopped early or None)."""
+    t0 = time.monotonic() if t0 is None else t0
+    job = ev.job
+    ev.workdir.mkdir(parents=True, exist_ok=True)
+    git_dir, base, head = checkout_pair(job.repo, job.base_ref, head_ref or job.base_ref, ev.workdir, job.base_sha,
+                                        head_sha or (job.base_sha if head_ref is None else None))
+    ev.revs = {"base": base, "head": head}
+    ref_version = reference_version(ev.trusted_root)
+    n, per, stopped = 0, [], None
+    try:
+        for spec in ev.profile.models:
+            gates = gate_specs(spec, ev.profile)
+            resolved = model_files.resolve(spec, ev.trusted_root)
+            gkey = guard_key(resolved.sha256, ref_version)
+            procs = ev.make_procs(ev.revs, [resolved.path])
+            with procs["reference"] as reference:
+                reference.start(ev.profile.load_timeout_s)
+                vocab = reference.request("load", path=str(resolved.path), device=ev.profile.device,
+                                          max_context=ev.profile.max_context(spec), backend="reference",
+                                          phase="load", timeout=ev.profile.load_timeout_s)[0]["vocab_size"]
+                while want_more(spec, gates, gkey):
+                    # Stop when the next pair would end past the budget (pieces of a bounded length);
+                    # the first pair always runs, so every piece makes progress.
+                    if budget_s is not None and per and time.monotonic() - t0 + max(per) > budget_s:
+                        stopped = f"time budget of {budget_s:.0f} s used; run again to continue"
+                        break
+                    tp = time.monotonic()
+                    with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
+                        n += 1
+                        if on_guard is not None and on_guard(spec, gkey, None):
+                            on_guard(spec, gkey, score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
+                                                                 ref_version=ref_version, profile=ev.profile))
+                        sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"pairs{n}", spec) if gates else None
+                    on_pair(spec, {g.name: pair_delta(sw.values("base", g.name), sw.values("head", g.name))
+                                   for g in gates})
+                    per.append(round(time.monotonic() - tp, 3))
+            if stopped:
+                break
+    finally:
+        for rev in ev.revs.values():
+            remove_worktree(git_dir, rev)
+    return n, per, stopped
+
+
 def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AAStore | None = None,
                     workdir=None, trusted_root=None, budget_s: float | None = None, progress=None,
                     base_sha: str | None = None, device: str | None = None, models: list[str] | None = None
@@ -71,59 +120,35 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
                          {f"{m} {g}": n for (m, g), n in have.items()})
     t0 = time.monotonic()
     guard_wanted = math.ceil(settings.min_aa_samples / len(ev.profile.seeds))
-    if all(have[k] >= n for k, n in want.items()):
-        run.after, run.done = run.before, True
-        return run
-    ev.workdir.mkdir(parents=True, exist_ok=True)
-    git_dir, base, head = checkout_pair(repo, ref, ref, ev.workdir, base_sha, base_sha)
-    ev.revs = {"base": base, "head": head}
-    ref_version = reference_version(ev.trusted_root)
-    n = 0
-    try:
-        for spec in ev.profile.models:
-            gates = gate_specs(spec, ev.profile)
-            resolved = model_files.resolve(spec, ev.trusted_root)
-            gkey = guard_key(resolved.sha256, ref_version)
-            procs = ev.make_procs(ev.revs, [resolved.path])
-            with procs["reference"] as reference:
-                reference.start(ev.profile.load_timeout_s)
-                vocab = reference.request("load", path=str(resolved.path), device=ev.profile.device,
-                                          max_context=ev.profile.max_context(spec), backend="reference",
-                                          phase="load", timeout=ev.profile.load_timeout_s)[0]["vocab_size"]
-                guards_have = len(ev.store.guard_aa(gkey, job.profile)) // len(ev.profile.seeds)
-                while True:
-                    missing = [g for g in gates if have[(spec.name, g.name)] < want[(spec.name, g.name)]]
-                    need_guard = guards_have < guard_wanted
-                    if not missing and not need_guard:
-                        break
-                    # Stop when the next pair would end past the budget (pieces of a bounded length);
-                    # the first pair always runs, so every piece makes progress.
-                    est = max(run.per_pair_seconds, default=0.0)
-                    if budget_s is not None and run.per_pair_seconds and time.monotonic() - t0 + est > budget_s:
-                        run.stopped = f"time budget of {budget_s:.0f} s used; run again to continue"
-                        break
-                    tp = time.monotonic()
-                    with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
-                        n += 1
-                        if need_guard:
-                            sc = score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
-                                                 ref_version=ref_version, profile=ev.profile)
-                            ev._record_guard_aa(gkey, sc)
-                            guards_have += 1
-                        sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"calib{n}", spec) if gates else None
-                    for g in gates:  # every gate of this pair: each is an independent draw of its null
-                        d = pair_delta(sw.values("base", g.name), sw.values("head", g.name))
-                        ev.store.add_pair_delta(ev.host, job.profile, ev.protocol_key(spec.name), spec.name, g.name,
-                                                d, sha=base.sha)
-                        have[(spec.name, g.name)] += 1
-                    run.pairs_recorded += 1
-                    run.per_pair_seconds.append(round(time.monotonic() - tp, 3))
-                if run.stopped:
-                    break
-    finally:
-        for rev in ev.revs.values():
-            remove_worktree(git_dir, rev)
+    guards = {}
+
+    def guards_have(gkey):
+        if gkey not in guards:
+            guards[gkey] = len(ev.store.guard_aa(gkey, job.profile)) // len(ev.profile.seeds)
+        return guards[gkey]
+
+    def want_more(spec, gates, gkey):
+        return (any(have[(spec.name, g.name)] < want[(spec.name, g.name)] for g in gates)
+                or guards_have(gkey) < guard_wanted)
+
+    def on_guard(spec, gkey, scores):
+        if scores is None:
+            return guards_have(gkey) < guard_wanted
+        ev._record_guard_aa(gkey, scores)
+        guards[gkey] += 1
+        return True
+
+    def on_pair(spec, deltas):  # every gate of this pair: each is an independent draw of its null
+        for g, d in deltas.items():
+            ev.store.add_pair_delta(ev.host, job.profile, ev.protocol_key(spec.name), spec.name, g, d,
+                                    sha=ev.revs["base"].sha)
+            have[(spec.name, g)] += 1
+
+    n, per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=budget_s, t0=t0,
+                                on_guard=on_guard)
+    run.pairs_recorded, run.per_pair_seconds, run.stopped = n, per, stopped
     run.seconds = round(time.monotonic() - t0, 3)
-    run.after = {f"{m} {g}": k for (m, g), k in counts(ev).items()}
-    run.done = all(counts(ev)[k] >= v for k, v in want.items())
+    after = counts(ev)
+    run.after = {f"{m} {g}": k for (m, g), k in after.items()}
+    run.done = all(after[k] >= v for k, v in want.items())
     return run

@@ -132,3 +132,23 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                          pairs_needed={g: v["pairs"] for g, v in nulls.items()},
                          bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used,
                          calibrate=calibrate, significant_evaluations=n_sig)
+
+
+def judge_blocks(deltas: dict[str, list[float]], nulls: dict) -> list[dict[str, int]]:
+    """Recorded process pairs (oldest first, every gate measured in every pair) read as evaluations,
+    exactly as the pipeline runs one: the first pair, then the next pairs while any gate still wants
+    more (worker/gates/noise.py), then each gate's side (-1 slower, +1 faster, 0). Independent A/A (or
+    A/B) pairs stand in for the fresh confirming pairs an evaluation would start. An evaluation the
+    record runs out in the middle of is left out."""
+    gates = list(deltas)
+    n = min(len(v) for v in deltas.values()) if deltas else 0
+    out, i = [], 0
+    while i < n:
+        block = [i]
+        while any(nulls[g].wants_more([deltas[g][j] for j in block]) for g in gates) and block[-1] + 1 < n:
+            block.append(block[-1] + 1)
+        if any(nulls[g].wants_more([deltas[g][j] for j in block]) for g in gates):
+            break
+        out.append({g: nulls[g].significant([deltas[g][j] for j in block]) for g in gates} | {"_pairs": len(block)})
+        i = block[-1] + 1
+    return out
