@@ -563,6 +563,11 @@ class Evaluation:
                                  {k: v for o in outcomes.values() for k, v in o.uncalibrated.items()}, self.settings)
         r = self._base_result(d.verdict, d.summary)
         r.best_speedup, r.notes = d.best_speedup, list(d.notes or [])
+        bounds = [f.get("bound") for o in outcomes.values() for f in o.receipt.get("noise_floors", {}).values()]
+        if bounds and all(b is not None for b in bounds):  # the claim the comment relies on
+            r.notes.append(f"chance that this evaluation shows a significant speed change where there is none: "
+                           f"<= {sum(bounds):.1e} (A/A history of this worker; configured "
+                           f"{self.settings.false_significance_rate:.0e})")
         r.gates, r.guards = gates, guards
         return r
 

@@ -48,11 +48,15 @@ def test_main_failing_its_own_bars_is_infra_not_reject():
 
 
 def test_bit_identical_head_cannot_fail():
-    b = guard_bounds(AA, 3, S).__class__(**{**guard_bounds(AA, 3, S).__dict__, "kl_bound": 2e-4})
+    """Bars so tight that a head with base's very scores fails them unless it is bit for bit base's."""
+    b = guard_bounds(AA, 3, S)
+    tight = b.__class__(**{**b.__dict__, "kl_ratio": 0.5, "kl_tol": 0.0})
     same = dict(digest=b"same logits")
-    g = guard_result("m", {"base": scores("base", 0.99, 1.9e-4, **same), "head": scores("head", 0.99, 1.9e-4, **same)},
-                     b.__class__(**{**b.__dict__, "kl_ratio": 1.0001, "kl_tol": 0.0, "max_drop": 0.0}))
+    twin = {"base": scores("base", 0.99, 1.0e-4, **same), "head": scores("head", 0.99, 1.0e-4, **same)}
+    g = guard_result("m", twin, tight)
     assert g.passed and g.bit_identical
+    other = {"base": scores("base", 0.99, 1.0e-4, digest=b"a"), "head": scores("head", 0.99, 1.0e-4, digest=b"b")}
+    assert not guard_result("m", other, tight).passed
 
 
 def test_prompts_have_text_statistics_not_uniform_ids():
@@ -66,3 +70,38 @@ def test_prompts_have_text_statistics_not_uniform_ids():
     ngrams = {tuple(ids[i:i + 4]) for i in range(len(ids) - 4)}
     assert len(ngrams) < len(ids) - 4 - 50  # repeated spans (what long contexts need)
     assert text_like_ids(vocab, 64, "a") == text_like_ids(vocab, 64, "a") != text_like_ids(vocab, 64, "b")
+
+
+class _Proc:
+    """Stands in for a revision process: records the staged prompt ids, answers logits from a fixed
+    projection (so the path through score_revisions is the real one)."""
+
+    def __init__(self, tmp, vocab, role):
+        self.scratch, self.vocab, self.role, self.staged = tmp, vocab, role, []
+        tmp.mkdir(parents=True, exist_ok=True)
+
+    def request(self, op, **kw):
+        if op == "stage":
+            self.staged.append(kw["ids"])
+            return {}, 0.0
+        ids = np.asarray(self.staged[-1])
+        lg = np.sin(np.outer(ids + 1, np.arange(self.vocab)) * 0.01).astype(np.float32)
+        lg.tofile(kw["out"])
+        return {"shape": [len(ids), self.vocab]}, 0.0
+
+
+def test_guard_prompts_sent_to_the_revisions_look_like_text(tmp_path, cache):
+    from worker.config import DEFAULT_PROFILES
+    from worker.guards import score_revisions
+
+    vocab = 4096
+    prof = DEFAULT_PROFILES["quick"].model_copy(update={"prompt_len": 512, "long_context": 2048})
+    procs = {r: _Proc(tmp_path / r, vocab, r) for r in ("base", "head")}
+    ref = _Proc(tmp_path / "ref", vocab, "reference")
+    sc = score_revisions(procs, ref, vocab=vocab, model_sha="0" * 64, ref_version="v", profile=prof)
+    staged = procs["head"].staged
+    assert max(len(x) for x in staged) == 2048 and sc["head"].long_context == 2048  # one long context
+    ids = np.concatenate([np.asarray(x) for x in staged])
+    counts = np.sort(np.bincount(ids, minlength=vocab))[::-1]
+    assert counts[0] > 20 * len(ids) / vocab  # a Zipf head, not uniform ids
+    assert ids.max() < vocab - 26  # no special tokens
