@@ -60,3 +60,22 @@ def test_same_noise_is_not_drift(tmp_path):
     now = time.time()
     _fill(store, list(np.random.default_rng(4).normal(0, 0.003, 80)), now - 5000)
     assert _null(store, now).calibrated
+
+
+def test_a_host_noisier_on_every_gate_is_caught_by_the_pooled_test(tmp_path):
+    """1.6x noisier on all six gates: too little per gate (8 pairs), plain when pooled over the gates."""
+    from worker.calibration.history import drift_p
+
+    store = AAStore(tmp_path / "aa.sqlite")
+    rng = np.random.default_rng(11)
+    now = time.time()
+    gates = [f"decode@{c}" for c in (128, 512, 4096)] + ["prefill@512", "prefill@4096", "decode@64"]
+    per_gate = []
+    for g in gates:
+        old, new = list(rng.normal(0, 0.003, 40)), list(rng.normal(0, 0.0048, S.drift_window))
+        per_gate.append(drift_p(new, old))
+        for i, d in enumerate(old + new):
+            store.add_pair_delta_at("k", "quick", "proto", "m", g, d, created=now - 5000 + i)
+    n = current_null(store, "k", "quick", "proto", "m", "decode@128", S, per_gate_rate=1e-3, max_pairs=4, now=now)
+    assert sum(p < S.drift_alpha for p in per_gate) < len(gates)  # the per-gate tests alone miss some gates
+    assert not n.calibrated and n.state == "drift", n
