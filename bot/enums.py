@@ -124,8 +124,8 @@ def is_managed_label(name: str) -> bool:
 def check_conclusion(verdict: Verdict) -> CheckConclusion:
     if verdict is Verdict.INFRA:
         return CheckConclusion.ACTION_REQUIRED
-    if verdict in (Verdict.REJECT, Verdict.BUILD_FAILED):
+    if verdict in (Verdict.REJECT, Verdict.BUILD_FAILED, Verdict.MIXED):
         return CheckConclusion.FAILURE
-    if verdict is Verdict.NONE:
+    if verdict in (Verdict.NONE, Verdict.UNCALIBRATED, Verdict.WITHHELD):  # no pass, never merged
         return CheckConclusion.NEUTRAL
     return CheckConclusion.SUCCESS

@@ -18,6 +18,7 @@ STICKY_MARKER = "<!-- tokengate:sticky -->"
 VERDICT_ICON = {
     Verdict.XL: "🚀", Verdict.L: "✅", Verdict.M: "✅", Verdict.S: "✅", Verdict.NONE: "➖",
     Verdict.REJECT: "❌", Verdict.BUILD_FAILED: "❌", Verdict.INFRA: "⚠️",
+    Verdict.MIXED: "⚖️", Verdict.UNCALIBRATED: "❔", Verdict.WITHHELD: "⏸️",
 }
 
 

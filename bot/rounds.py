@@ -19,9 +19,9 @@ from bot.github import publish
 from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundAction, RoundState, Trigger
 from bot.db.models import Evaluation, PullRequest, Repository, Round, utcnow
 from bot.service import Service
-from worker.records import TIER_ORDER, Verdict
+from worker.records import TIERS, Verdict
 
-WINNING = {v.value for v in TIER_ORDER if v is not Verdict.NONE}
+WINNING = {v.value for v in TIERS}  # mixed / uncalibrated / withheld / none are never merged
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The bot's argparse dispatcher (bot/cli.py) calls `add_arguments_*` and the `*_command(args)`
 functions here; each returns the process exit status: 0 a verdict on the PR that is not a
-failure (a tier or none), 1 REJECT / BUILD_FAILED, 3 INFRA. `tokengate demo` is the exception: it exits 0
+failure (a tier or none), 1 REJECT / BUILD_FAILED / mixed, 3 INFRA, 4 uncalibrated / withheld. `tokengate demo` is the exception: it exits 0
 when its planted slowdown was rejected (its job) and 2, saying why, when it was not.
 """
 from __future__ import annotations
@@ -24,7 +24,8 @@ from worker.pipeline import Evaluation, Job, evaluate_with_retries
 from worker.records import EvalResult, Verdict
 from worker.report import comment_markdown, verdict_table
 
-EXIT = {Verdict.REJECT: 1, Verdict.BUILD_FAILED: 1, Verdict.INFRA: 3}
+EXIT = {Verdict.REJECT: 1, Verdict.BUILD_FAILED: 1, Verdict.MIXED: 1, Verdict.INFRA: 3,
+        Verdict.UNCALIBRATED: 4, Verdict.WITHHELD: 4}  # 4: no verdict on the PR yet (no pass)
 DEMO_FAILED = 2  # `tokengate demo` could not show the planted slowdown rejected
 
 # The demo PR's real change: decode does its work twice (same outputs, half the speed).

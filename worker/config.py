@@ -78,6 +78,13 @@ class ProfileSettings(BaseModel):
     # to this set before anything is timed.
     cpus: Literal["last", "all"] | list[int] = "last"
     memory_limit_bytes: int | None = 16 << 30  # address-space limit (CPU only; CUDA maps huge VA)
+    # --- issue 13 (worker/gates/noise.py, worker/guards.py) ---
+    # Noisy gates get more agreeing process pairs (a finer floor), never a wider floor: gate -> max pairs.
+    gate_max_process_pairs: dict[str, int] = Field(default_factory=dict)
+    long_context: int | None = None  # one long accuracy prompt per model (KL at this many positions)
+
+    def max_pairs_for(self, gate: str) -> int:
+        return max(self.max_process_pairs, self.gate_max_process_pairs.get(gate, 0))
 
     @model_validator(mode="after")
     def _seeds(self):
@@ -106,7 +113,8 @@ class ProfileSettings(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def max_context(self, model: ModelSpec) -> int:
-        return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len]) + self.decode_tokens + 8
+        return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len, self.long_context or 0]
+                   ) + self.decode_tokens + 8
 
 
 def _tiny(name: str, quant: str, seed: int, role: str, **kw) -> ModelSpec:
@@ -152,6 +160,8 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
         prompts_per_seed=4,
         prompt_len=256,
         verify_reps=2,
+        long_context=4096,
+        gate_max_process_pairs={"prefill@512": 6},
     ),
     "full": ProfileSettings(
         device="cuda",
@@ -174,6 +184,7 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
         verify_reps=2,
         request_timeout_s=600.0,
         eval_timeout_s=7200.0,
+        long_context=32768,
     ),
 }
 
@@ -192,8 +203,10 @@ class EvalSettings(BaseModel):
     # evaluation's gates. A gate's floor is the `noise_floor_rank`-th largest |A/A pair delta| on
     # this host; the process pairs that must agree beyond it follow from the history's size.
     false_significance_rate: float = Field(1e-3, gt=0, lt=1)
-    noise_floor_rank: int = Field(1, ge=1)
-    noise_floor_min: float = 0.02  # a change below this is never significant
+    noise_floor_rank: int | None = Field(None, ge=1)  # None = chosen from the history's size (noise.py)
+    # Below this a change is never significant. Tiny on purpose: the floor is the measured A/A
+    # spread, which on an H200 is ±0.1-0.4 % for decode (a 2 % minimum threw that away).
+    noise_floor_min: float = 0.001
     # Used when this host has too little A/A history for the rate (said so in the receipt).
     noise_floor_uncalibrated: float = 0.10
     min_aa_samples: int = Field(5, ge=3)  # accuracy guards: fewer A/A seed scores than this = uncalibrated
@@ -203,6 +216,22 @@ class EvalSettings(BaseModel):
     top1_floor_default: float = 0.80
     top1_max_drop_min: float = 0.01  # δ never below this
     kl_bound_default: float = 0.5
+    # --- verdicts a maintainer can trust (issue 13; worker/verdict.py, worker/calibration/) ---
+    # A significant regression on any gate next to a significant speedup on another: "mixed" (named,
+    # labelled, never merged) or "reject".
+    regression_policy: Literal["mixed", "reject"] = "mixed"
+    aa_max_age_days: float = Field(30.0, gt=0)  # A/A pair deltas older than this are not used
+    drift_window: int = Field(8, ge=3)  # newest A/A pairs tested against the older history
+    drift_alpha: float = Field(0.01, gt=0, lt=1)  # level of that test (a false alarm only costs recalibration)
+    # One fresh base-vs-base process pair per evaluation, recorded as A/A history (keeps the null true).
+    sentinel_aa_pair: Literal["gpu", "always", "never"] = "gpu"
+    auto_calibrate: bool = True  # a GPU worker records A/A pairs of main until every gate is calibrated
+    calibration_pairs_target: int = Field(0, ge=0)  # 0 = the fewest that meet the rate; more = finer floors
+    confirm_head_faults: bool = True  # one confirming retry before a head fault becomes a failure verdict
+    # Accuracy guards, paired against base on the same prompts: head KL <= kl_ratio_max * base KL +
+    # kl_abs_tol (calibration widens the ratio to A/A's own spread).
+    kl_ratio_max: float = Field(1.5, gt=1)
+    kl_abs_tol: float = Field(1e-6, ge=0)
     profiles: dict[str, ProfileSettings] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
 
     def profile_settings(self, name: str | None = None) -> ProfileSettings:

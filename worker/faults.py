@@ -1,9 +1,12 @@
 """Fail-closed fault taxonomy: what went wrong, and whose fault it is.
 
-Anything that is not a measurement of the PR is INFRA (retried, never REJECT, never a pass).
-Only a head revision that does not import, breaks the protocol, or raises while running is
-BUILD_FAILED — the PR's own fault. Output that is not a measurement (empty, non-finite, all
-zero) is INFRA; a measurement that shows wrong output is a guard failure (REJECT).
+INFRA (retried, never REJECT, never a pass) is only for what is not the PR: the baseline, the
+trusted reference, the host, the sandbox, the checkout, the service. A head revision that fails
+where base ran the same phase fine on the same box — load error, crash, hang (no answer within the
+request limit base met), OOM (judged by base's *measured* memory, not by the message), a raised
+CUDA/Python error, non-finite or constant logits — is the PR's own fault: a provisional failure,
+confirmed by one retry (worker/attribution.py) and then a REJECT saying what failed where. A head
+that does not import or breaks the protocol is BUILD_FAILED (deterministic, no retry needed).
 """
 from __future__ import annotations
 
@@ -12,32 +15,58 @@ from worker.records import InfraKind, Verdict
 
 
 class EvalFault(Exception):
-    def __init__(self, verdict: Verdict, detail: str, infra_kind: InfraKind | None = None, log_tail: str = ""):
+    def __init__(self, verdict: Verdict, detail: str, infra_kind: InfraKind | None = None, log_tail: str = "",
+                 failure: dict | None = None):
         super().__init__(detail)
         self.verdict, self.detail, self.infra_kind, self.log_tail = verdict, detail, infra_kind, log_tail
+        self.failure = failure  # set for a head fault that is the PR's own (see module doc)
 
 
 def infra(kind: InfraKind, detail: str, log_tail: str = "") -> EvalFault:
     return EvalFault(Verdict.INFRA, detail, kind, log_tail)
 
 
-_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": InfraKind.SANDBOX_FAILURE}
+_INFRA_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": InfraKind.SANDBOX_FAILURE,
+               "nonfinite": InfraKind.NAN_METRIC, "constant": InfraKind.ZERO_METRIC}
+_WHAT = {"load": "the model did not load", "oom": "ran out of memory", "timeout": "hung",
+         "crashed": "crashed", "error": "raised", "nonfinite": "returned non-finite logits",
+         "constant": "returned constant logits"}
+OOM_HEADROOM = 0.9  # base fitting in 90 % of the limit means the box had room for what main needs
 
 
-def classify(f: RevisionFault, model: str) -> EvalFault:
-    """Map a revision process fault to a verdict."""
+def oom_is_heads(memory: dict | None) -> tuple[bool, str]:
+    """Whether a head OOM is the PR's: base's measured peak memory fits the limit with room to spare."""
+    m = memory or {}
+    base, limit = m.get("base_peak_bytes"), m.get("limit_bytes")
+    if base is None or limit is None:
+        return False, f"base's memory was not measured ({m.get('reason') or 'no reading'}): cannot attribute the OOM"
+    if base > OOM_HEADROOM * limit:
+        return False, f"base itself used {base >> 20} MiB of {limit >> 20} MiB: the box is too small"
+    return True, f"base ran the same work in {base >> 20} MiB of {limit >> 20} MiB"
+
+
+def classify(f: RevisionFault, model: str, memory: dict | None = None) -> EvalFault:
+    """Map a revision process fault to a verdict. `memory`: {"base_peak_bytes", "limit_bytes", "reason"}."""
     where = f"{f.role} on {model} during {f.phase}"
     if f.role == "reference":
         return infra(InfraKind.INTERNAL_ERROR, f"the trusted reference failed ({where}): {f.detail}", f.log_tail)
-    if f.kind in _KIND:
-        return infra(_KIND[f.kind], f"{where}: {f.detail}", f.log_tail)
+    if f.kind == "sandbox":
+        return infra(InfraKind.SANDBOX_FAILURE, f"{where}: {f.detail}", f.log_tail)
     if f.role == "base":
         return infra(InfraKind.BASELINE_CRASHED, f"the baseline failed ({where}): {f.kind}: {f.detail}", f.log_tail)
+    if f.role != "head":  # e.g. an A/A sentinel process: never the PR's
+        return infra(_INFRA_KIND.get(f.kind, InfraKind.INTERNAL_ERROR), f"{where}: {f.detail}", f.log_tail)
     # head
     if f.kind in ("import", "protocol"):
         return EvalFault(Verdict.BUILD_FAILED, f"{where}: {f.detail}", None, f.log_tail)
-    if f.phase == "load":
-        return infra(InfraKind.LOAD_FAILURE, f"{where}: the model did not load: {f.detail}", f.log_tail)
-    if f.kind == "crashed":
-        return infra(InfraKind.MISSING_METRIC, f"{where}: {f.detail}", f.log_tail)
-    return EvalFault(Verdict.BUILD_FAILED, f"{where}: the engine raised {f.detail}", None, f.log_tail)
+    extra = ""
+    if f.kind == "oom":
+        heads, extra = oom_is_heads(memory)
+        if not heads:
+            return infra(InfraKind.OOM, f"{where}: {f.detail} ({extra})", f.log_tail)
+        extra = f" ({extra})"
+    what = _WHAT["load"] if f.phase == "load" and f.kind in ("error", "load") else _WHAT.get(f.kind, f.kind)
+    detail = f"the PR's code {what}: {where}: {f.detail}{extra}"
+    failure = {"role": "head", "model": model, "phase": f.phase, "kind": f.kind, "detail": f.detail[:500],
+               "what": what}
+    return EvalFault(Verdict.REJECT, detail, None, f.log_tail, failure=failure)

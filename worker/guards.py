@@ -2,6 +2,17 @@
 
 The reference logits come from the deployed service's own runtime (backend="reference"), never
 from a revision, and are cached by model sha256 + seed + prompt shape + reference version.
+
+Head is judged *paired against base on the same prompts*: its top-1 may not drop by more than δ,
+and its KL may not exceed `ratio x base KL + tol` (a PR that keeps every argmax but multiplies the
+KL several-fold fails), beside absolute bars. The bounds come from A/A seed scores keyed by model
+sha256 + reference version (`guard_key`). Main missing its own bars means the reference, driver
+or model changed: INFRA with that reason, never a REJECT of the PR. A head whose logits are bit
+for bit base's cannot fail.
+
+Prompts look like text (`text_like_ids`): token ids drawn from a Zipf law over the synthetic
+vocabulary's normal tokens with repeated spans, not uniform ids, plus one long prompt per model
+(`ProfileSettings.long_context`).
 """
 from __future__ import annotations
 
@@ -12,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.gates.bench import prompt_ids
 from worker.config import EvalSettings, ProfileSettings
 from worker.faults import infra
-from worker.harness.client import RevisionProcess
+from worker.harness.client import RevisionFault, RevisionProcess
 from worker.paths import cache_dir
 from worker.records import GuardResult, InfraKind
 
@@ -28,6 +38,41 @@ def reference_version(trusted_root: Path) -> str:
         h.update(str(p.relative_to(pkg)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def guard_key(model_sha: str, ref_version: str) -> str:
+    """Guard A/A history is comparable only for the same model file and the same reference."""
+    return f"{model_sha[:32]}:{ref_version}"
+
+
+# Logits of one prompt are [n, vocab] float32 written to a file: a long prompt of a real-vocabulary
+# model is GBs. Above this the long prompt is skipped, said in the receipt (the harness would need a
+# "logits from position p" request).
+LONG_LOGITS_MAX_BYTES = 1 << 30
+
+
+def text_like_ids(vocab: int, n: int, *parts) -> list[int]:
+    """A deterministic prompt with text's token statistics: Zipf-distributed ids over the synthetic
+    vocabulary's normal tokens (no specials or padding), a seeded rank→id map, and ~15 % of the
+    tokens in spans copied from earlier in the prompt (text repeats itself; long contexts need it)."""
+    from runtime.synth.report import n_normal_tokens
+
+    h = hashlib.sha256(repr(("text", *parts)).encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(h[:8], "little"))
+    normal = n_normal_tokens(vocab) if vocab > 64 else vocab
+    rank_to_id = rng.permutation(normal)
+    ranks = np.minimum(rng.zipf(1.2, size=n) - 1, normal - 1)
+    ids = rank_to_id[ranks]
+    i = 16
+    while i < n:
+        if rng.random() < 0.15 / 8:  # a span of ~8 tokens copied from earlier
+            L = int(min(n - i, rng.integers(4, 13)))
+            src = int(rng.integers(0, max(1, i - L)))
+            ids[i:i + L] = ids[src:src + L]
+            i += L
+        else:
+            i += 1
+    return [int(x) for x in ids]
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -49,6 +94,8 @@ class RevisionScores:
     role: str
     seeds: list[SeedScore] = field(default_factory=list)
     logits_digest: "hashlib._Hash" = field(default_factory=hashlib.sha256)
+    long_context: int | None = None  # positions of the long prompt scored (None: see note)
+    note: str | None = None
 
     @property
     def top1(self) -> float:
@@ -80,12 +127,21 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
     ref_dir = cache_dir() / "reference"
     ref_dir.mkdir(parents=True, exist_ok=True)
     t = profile.request_timeout_s
+    long_n = profile.long_context
+    if long_n and long_n * vocab * 4 <= LONG_LOGITS_MAX_BYTES:
+        prompts_long = [(profile.seeds[0], "long", long_n)]
+    else:
+        prompts_long = []
+        scores_note = (f"long prompt of {long_n} positions skipped: {long_n * vocab * 4 >> 20} MiB of logits per "
+                       f"revision" if long_n else "no long prompt in this profile")
     for seed in profile.seeds:
         per = {r: [] for r in procs}
-        for p in range(profile.prompts_per_seed):
+        mine = [(seed, p, profile.prompt_len) for p in range(profile.prompts_per_seed)]
+        mine += [x for x in prompts_long if x[0] == seed]
+        for _, p, n_pos in mine:
             key = f"acc:{seed}:{p}"
-            ids = prompt_ids(vocab, profile.prompt_len, "accuracy", seed, p)
-            cache = ref_dir / f"{model_sha[:32]}-s{seed}-p{p}-n{profile.prompt_len}-{ref_version}.npy"
+            ids = text_like_ids(vocab, n_pos, "accuracy", seed, p)
+            cache = ref_dir / f"{model_sha[:32]}-t-s{seed}-p{p}-n{n_pos}-{ref_version}.npy"
             if cache.exists():
                 ref_lp = np.load(cache)
             else:
@@ -97,10 +153,11 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
             for r, proc in procs.items():
                 proc.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
                 lg = _logits(proc, key, t)
+                # A revision's own output: the head's fault when it is the head (worker/faults.py).
                 if not np.all(np.isfinite(lg)):
-                    raise infra(InfraKind.NAN_METRIC, f"{r}: logits for seed {seed} are not finite; nothing to score")
+                    raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")
                 if np.all(lg == lg[..., :1]):
-                    raise infra(InfraKind.ZERO_METRIC, f"{r}: logits for seed {seed} are constant; nothing to score")
+                    raise RevisionFault(r, "accuracy", "constant", f"logits for seed {seed} prompt {p} are constant")
                 scores[r].logits_digest.update(lg.tobytes())
                 kl = np.maximum((ref_p * (ref_lp.astype(np.float64) - _log_softmax(lg))).sum(axis=-1), 0.0)
                 per[r].append((float((lg.argmax(axis=-1) == ref_top).mean()), float(kl.mean()), float(kl.max())))
@@ -108,6 +165,9 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
             vals = np.asarray(per[r])
             scores[r].seeds.append(SeedScore(seed, float(vals[:, 0].mean()), float(vals[:, 1].mean()),
                                              float(vals[:, 2].max())))
+    for r in procs:
+        scores[r].long_context = (long_n if prompts_long else None)
+        scores[r].note = None if prompts_long else scores_note
     return scores
 
 
@@ -115,44 +175,71 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
 class GuardBounds:
     top1_floor: float
     max_drop: float
-    kl_bound: float
+    kl_bound: float  # absolute bar on head KL (and main's own bar)
     calibrated: bool
     note: str
+    kl_ratio: float = 1.5  # head KL <= kl_ratio * base KL + kl_tol, on the same prompts
+    kl_tol: float = 1e-6
 
 
-def guard_bounds(aa_scores: list[tuple[int, float, float]], n_seeds: int, s: EvalSettings) -> GuardBounds:
-    """Floors from A/A records of the baseline's per-seed scores (or stated defaults without them).
+def guard_bounds(aa: list[tuple], n_seeds: int, s: EvalSettings) -> GuardBounds:
+    """Bounds from A/A seed scores (seed, base top-1, base KL[, head top-1, head KL]) or stated defaults.
 
-    The floor sits 4 standard errors (of an n-seed mean) below main's calibrated mean top-1, so
-    main itself does not fail on an unlucky seed draw; δ and the KL bound likewise scale with
-    main's seed-to-seed spread, with fixed minimums.
+    top-1: the floor sits 4 standard errors (of an n-seed mean) below main's calibrated mean, so main
+    does not fail on an unlucky seed draw; δ scales with main's seed-to-seed spread. KL: the absolute
+    bar is well above main's calibrated KL; the head/base ratio bar is the configured ratio or, when
+    A/A head/base ratios spread wider (GPU non-determinism), exp(|mean| + 4 sd) of their logs.
     """
-    if len(aa_scores) < s.min_aa_samples:
+    ratio, tol = s.kl_ratio_max, s.kl_abs_tol
+    if len(aa) < s.min_aa_samples:
         return GuardBounds(s.top1_floor_default, max(s.top1_max_drop_min, 0.02), s.kl_bound_default, False,
-                           f"uncalibrated defaults ({len(aa_scores)} A/A seed scores < {s.min_aa_samples})")
-    top1 = np.array([t for _, t, _ in aa_scores])
-    kl = np.array([k for _, _, k in aa_scores])
+                           f"uncalibrated defaults ({len(aa)} A/A seed scores < {s.min_aa_samples}); "
+                           f"KL paired against base (ratio {ratio:g})", ratio, tol)
+    top1 = np.array([a[1] for a in aa])
+    kl = np.array([a[2] for a in aa])
     se_t = float(top1.std(ddof=1)) / math.sqrt(n_seeds)
     se_k = float(kl.std(ddof=1)) / math.sqrt(n_seeds)
     floor = min(float(top1.mean()) - 4 * se_t - 0.005, float(top1.min()))
     drop = max(s.top1_max_drop_min, 3 * se_t)
     kl_bound = max(float(kl.mean()) + 4 * se_k, 1.5 * float(kl.max()), 1e-4)
-    return GuardBounds(floor, drop, kl_bound, True, f"calibrated from {len(aa_scores)} A/A seed scores")
+    logr = [math.log((a[4] + tol) / (a[2] + tol)) for a in aa if len(a) >= 5]
+    if len(logr) >= 3:
+        ratio = max(ratio, math.exp(abs(float(np.mean(logr))) + 4 * float(np.std(logr, ddof=1))))
+    return GuardBounds(floor, drop, kl_bound, True, f"calibrated from {len(aa)} A/A seed scores", ratio, tol)
+
+
+def check_baseline(model: str, base: RevisionScores, b: GuardBounds) -> None:
+    """Main missing its own bars: the reference, driver or model changed under us. INFRA, never REJECT."""
+    why = []
+    if base.top1 < b.top1_floor:
+        why.append(f"main's top-1 {base.top1:.3f} < its floor {b.top1_floor:.3f}")
+    if base.kl > b.kl_bound:
+        why.append(f"main's KL {base.kl:.3g} > its bar {b.kl_bound:.3g}")
+    if why:
+        raise infra(InfraKind.BASELINE_FAILED_GUARD,
+                    f"{model}: the baseline fails its own accuracy bars ({'; '.join(why)}; {b.note}): the reference, "
+                    "driver or model changed; nothing about the PR can be judged until main is recalibrated")
 
 
 def guard_result(model: str, scores: dict[str, RevisionScores], b: GuardBounds) -> GuardResult:
     head, base = scores["head"], scores["base"]
+    check_baseline(model, base, b)
     delta = float(np.mean([h.top1 - o.top1 for h, o in zip(head.seeds, base.seeds)]))
     bit = head.logits_digest.hexdigest() == base.logits_digest.hexdigest()
+    paired_kl = b.kl_ratio * base.kl + b.kl_tol
     fails = []
-    if head.top1 < b.top1_floor:
-        fails.append(f"top-1 {head.top1:.3f} < floor {b.top1_floor:.3f}")
-    if delta < -b.max_drop:
-        fails.append(f"top-1 {delta:+.3f} vs base on the same seeds (δ {b.max_drop:.3f})")
-    if head.kl > b.kl_bound:
-        fails.append(f"KL {head.kl:.4g} > bound {b.kl_bound:.4g}")
+    if not bit:  # bit-identical to base (which passed its own bars) cannot fail
+        if head.top1 < b.top1_floor:
+            fails.append(f"top-1 {head.top1:.3f} < floor {b.top1_floor:.3f}")
+        if delta < -b.max_drop:
+            fails.append(f"top-1 {delta:+.3f} vs base on the same seeds (δ {b.max_drop:.3f})")
+        if head.kl > b.kl_bound:
+            fails.append(f"KL {head.kl:.4g} > bound {b.kl_bound:.4g}")
+        if head.kl > paired_kl:
+            fails.append(f"KL {head.kl:.3g} is {head.kl / base.kl if base.kl > 0 else float('inf'):.3g}x base's "
+                         f"{base.kl:.3g} on the same prompts (allowed {b.kl_ratio:.3g}x + {b.kl_tol:.1g})")
     return GuardResult(
         model=model, seeds=[s.seed for s in head.seeds], head_top1=head.top1, base_top1=base.top1,
         head_kl=head.kl, base_kl=base.kl, top1_floor=b.top1_floor, paired_delta=delta, max_drop=b.max_drop,
-        kl_bound=b.kl_bound, bit_identical=bit, passed=not fails,
+        kl_bound=min(b.kl_bound, paired_kl), bit_identical=bit, passed=not fails,
         reason="; ".join(fails) if fails else None)

@@ -19,9 +19,14 @@ class Verdict(str, Enum):
     REJECT = "REJECT"
     INFRA = "INFRA"  # not a measurement of the PR: retried, never REJECT, never merged
     BUILD_FAILED = "BUILD_FAILED"  # the head revision does not build/import/load: the PR's fault
+    # Never merged, never a pass (issue 13):
+    MIXED = "mixed"  # a significant regression on one gate beside a significant speedup on another
+    UNCALIBRATED = "uncalibrated"  # a gate's A/A history cannot back a bound: no tier, no pass
+    WITHHELD = "withheld"  # a tier was measured but an earlier attempt failed: no tier until a clean evaluation
 
 
 TIER_ORDER = [Verdict.XL, Verdict.L, Verdict.M, Verdict.S, Verdict.NONE]
+TIERS = frozenset({Verdict.XL, Verdict.L, Verdict.M, Verdict.S})  # the only verdicts that may be merged
 
 
 class InfraKind(str, Enum):
@@ -37,6 +42,7 @@ class InfraKind(str, Enum):
     CHECKOUT_FAILURE = "checkout_failure"
     INTERNAL_ERROR = "internal_error"
     WORKER_LOST = "worker_lost"  # the worker vanished mid-evaluation (set by the bot's watchdog)
+    BASELINE_FAILED_GUARD = "baseline_failed_guard"  # main misses its own accuracy bars (reference/driver/model changed)
 
 
 @dataclass
@@ -92,6 +98,9 @@ class EvalResult:
     receipt: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
     duration_s: float | None = None
+    # A head fault judged the PR's own (worker/attribution.py): {"role", "model", "phase", "kind", "detail", "attempts"}
+    failure: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)  # what limits the verdict (uncalibrated gates, drift, earlier attempts)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -56,12 +56,12 @@ def verdict_table(result: EvalResult):
     from rich.table import Table
     from rich.text import Text
 
-    style = {"REJECT": "bold red", "INFRA": "bold yellow", "BUILD_FAILED": "bold red"}.get(result.verdict.value,
-                                                                                          "bold green")
+    style = {"REJECT": "bold red", "INFRA": "bold yellow", "BUILD_FAILED": "bold red", "mixed": "bold red",
+             "uncalibrated": "bold yellow", "withheld": "bold yellow"}.get(result.verdict.value, "bold green")
     parts = [Text(f"verdict: {result.verdict.value}", style=style), Text(result.summary)]
     if result.gates:
         t = Table(title="speed gates (tok/s)")
-        for c in ("model", "gate", "base", "head", "change", "95% CI", "floor", ""):
+        for c in ("model", "gate", "base", "head", "change", "95% interval (pairs)", "floor", ""):
             t.add_column(c, justify="right" if c in ("base", "head", "change", "floor") else "left")
         for g in result.gates:
             word = gate_word(g)
@@ -78,6 +78,8 @@ def verdict_table(result: EvalResult):
             t.add_row(g.model, _pct(g.head_top1, False), _pct(g.base_top1, False), _pct(g.paired_delta),
                       _sci(g.head_kl), Text(res, style="green" if g.passed else "red"))
         parts.append(t)
-    if result.infra_detail and result.verdict.value in ("INFRA", "BUILD_FAILED"):
+    for n in result.notes:
+        parts.append(Text(f"note: {n}", style="yellow"))
+    if result.infra_detail and (result.verdict.value in ("INFRA", "BUILD_FAILED") or result.failure):
         parts.append(Text(result.infra_detail, style="yellow"))
     return Group(*parts)

@@ -21,7 +21,10 @@ def model_verdicts(result: EvalResult, tiers: EvalSettings) -> dict[str, Verdict
     for model in models:
         gates = [g for g in result.gates if g.model == model]
         if any(not g.passed for g in result.guards if g.model == model) or any(g.regression for g in gates):
-            out[model] = Verdict.REJECT
+            out[model] = Verdict.MIXED if result.verdict is Verdict.MIXED else Verdict.REJECT
+            continue
+        if result.verdict in (Verdict.UNCALIBRATED, Verdict.WITHHELD, Verdict.MIXED):
+            out[model] = result.verdict  # no per-model tier either
             continue
         scored: list[GateResult] = [g for g in gates if g.scored and g.significant and g.rel_change is not None]
         out[model] = tier_of(max(g.rel_change for g in scored), tiers) if scored else Verdict.NONE

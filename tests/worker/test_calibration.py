@@ -1,4 +1,6 @@
 """A/A calibration feeds the noise floors and guard bounds; INFRA is retried with backoff."""
+import socket
+
 from worker.calibration.aa_store import AAStore
 from worker.cli import calibrate
 from worker.config import EvalSettings
@@ -24,9 +26,12 @@ def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, ca
     assert summary["runs"] == 5
     floors = summary["floors"]
     assert set(floors) == {"fake decode@32", "fake prefill@64"}
-    assert all(f["n"] == 5 and f["floor"] >= 0.02 and f["pairs"] == 3 for f in floors.values()), floors
+    # n = 5 → the design: every one of 4 pairs beyond the most extreme A/A delta (1/C(9,4) per side)
+    assert all(f["n"] == 5 and f["floor"] > 0 and f["pairs"] == 4 for f in floors.values()), floors
     assert all(f["bound"] <= 0.025 for f in floors.values())
-    assert len(store.guard_scores(summary["host"], "test", "fake")) == 5 * 3  # 5 runs x 3 seeds
+    assert "cpu/" in summary["host"] and socket.gethostname() not in summary["host"]  # not keyed by hostname
+    rows = store.guard_aa(_only_guard_key(store), "test")
+    assert len(rows) == 5 * 3  # 5 runs x 3 seeds, both roles
     r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), settings,
                  trusted_root=GOOD, store=store)
     nf = r.receipt["models"]["fake"]["noise_floors"]
@@ -37,7 +42,14 @@ def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, ca
     strict = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),
                       make_settings(_profile(tmp_path)), trusted_root=GOOD, store=store)
     nf = strict.receipt["models"]["fake"]["noise_floors"]["decode@32"]
-    assert not nf["calibrated"] and nf["bound"] is None and "run `tokengate calibrate`" in nf["reason"]
+    assert not nf["calibrated"] and nf["bound"] is None and "`tokengate calibrate`" in nf["reason"]
+
+
+def _only_guard_key(store):
+    import sqlite3
+
+    (k,), = sqlite3.connect(store.path).execute("SELECT DISTINCT guard_key FROM guard_aa").fetchall()
+    return k
 
 
 def test_guard_bounds_from_aa_scores():
@@ -52,12 +64,12 @@ def test_guard_bounds_from_aa_scores():
 
 
 def test_infra_is_retried_with_backoff_then_said_plainly(tmp_path, cache):
-    repo = make_repo(tmp_path, head="load_fail")
+    repo = make_repo(tmp_path, base="load_fail")  # the baseline's fault: INFRA (a head fault is the PR's)
     settings = make_settings(_profile(tmp_path)).model_copy(update={"retries": 2, "retry_backoff_s": 1.5})
     slept = []
     r = evaluate_with_retries(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), settings,
                               sleep=slept.append, trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
-    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.LOAD_FAILURE
+    assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.BASELINE_CRASHED
     assert slept == [1.5, 3.0] and r.attempt == 3
     assert "still failing after 3 attempts" in r.summary and "nothing was merged" in r.summary
 

@@ -15,7 +15,10 @@ from worker.sandbox import detect_isolation
 from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
 
 
-def _eval(tmp_path, head=None, base=None, secrets=None, **prof):
+def _eval(tmp_path, head=None, base=None, secrets=None, settings=None, calibrate=False, job=None, store=None,
+          **prof):
+    """One evaluation of fake runtimes. `calibrate`: first record A/A pairs of main (pairs only,
+    worker/calibration/auto.py) under `settings` (give it a loose rate to keep the test short)."""
     repo = make_repo(tmp_path, head=head, base=base)
     defaults = dict(decode_contexts=[32], prefill_contexts=[64], pairs=2, warmup=0, inner=1, prompts_per_seed=1,
                     request_timeout_s=6)
@@ -24,19 +27,30 @@ def _eval(tmp_path, head=None, base=None, secrets=None, **prof):
     profile = make_profile(fake_model(tmp_path / "m.gguf"))
     spec = profile.models[0].model_copy(update={k: defaults.pop(k) for k in ("decode_contexts", "prefill_contexts")})
     profile = profile.model_copy(update={"models": models or [spec], **defaults})
-    return evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), make_settings(profile),
-                    trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"), secrets=secrets)
+    s = make_settings(profile, **(settings or {}))
+    store = store or AAStore(tmp_path / "aa.sqlite")
+    if calibrate:
+        from worker.calibration.auto import calibrate_pairs
+
+        run = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD)
+        assert run.done, run
+    return evaluate(job or Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"), s,
+                    trusted_root=GOOD, store=store, secrets=secrets)
+
+
+LOOSE = {"false_significance_rate": 0.05}  # 2 gates, 4 pairs: 5 A/A pairs calibrate (1/C(9,4) < 1.25e-2)
 
 
 CASES = [
-    # variant, verdict, infra kind, words the reason must contain
+    # variant, verdict, infra kind, words the reason must contain. A head that fails where base ran the
+    # same work fine is the PR's fault: REJECT after one confirming attempt (worker/attribution.py).
     ("import_error", Verdict.BUILD_FAILED, None, "does_not_exist_tokengate"),
-    ("load_fail", Verdict.INFRA, InfraKind.LOAD_FAILURE, "failed to map tensor"),
-    ("oom", Verdict.INFRA, InfraKind.OOM, "MemoryError"),
-    ("silent", Verdict.INFRA, InfraKind.MISSING_METRIC, "without answering"),
-    ("nan", Verdict.INFRA, InfraKind.NAN_METRIC, "not finite"),
-    ("zero", Verdict.INFRA, InfraKind.ZERO_METRIC, "constant"),
-    ("hang", Verdict.INFRA, InfraKind.TIMEOUT, "no answer within"),
+    ("load_fail", Verdict.REJECT, None, "failed to map tensor"),
+    ("oom", Verdict.REJECT, None, "MemoryError"),
+    ("silent", Verdict.REJECT, None, "without answering"),
+    ("nan", Verdict.REJECT, None, "not finite"),
+    ("zero", Verdict.REJECT, None, "constant"),
+    ("hang", Verdict.REJECT, None, "no answer within"),
     ("bad_protocol", Verdict.BUILD_FAILED, None, "generate_greedy"),
     ("forge_answer", Verdict.BUILD_FAILED, None, "out of sequence"),
 ]
@@ -49,6 +63,9 @@ def test_fault_gives_the_right_verdict(tmp_path, cache, variant, verdict, kind, 
     assert r.infra_kind == kind
     assert words in (r.infra_detail or "") + r.summary + (r.build_log_tail or ""), r.summary
     assert r.verdict not in (Verdict.XL, Verdict.L, Verdict.M, Verdict.S, Verdict.NONE)
+    if r.verdict is Verdict.REJECT:  # confirmed on a second attempt, and says what failed where
+        assert r.failure and r.failure["attempts"] == 2 and r.failure["role"] == "head", r.failure
+        assert "both attempts" in r.summary and r.failure["phase"] in r.summary
     json.dumps(r.to_dict())  # the record stays serialisable on every path
 
 

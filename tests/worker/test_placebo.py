@@ -41,9 +41,13 @@ def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(repo)], check=True)
     settings = quick_settings()
-    # 16 A/A process pairs is the least history that reaches the default rate (1e-3 per evaluation,
-    # 4 gates) with the profile's 4 agreeing pairs: 24 / (17·18·19·20) = 2.1e-4 per gate.
-    rep = run_placebo(str(repo), "HEAD", settings, evaluations=20, calibrate=16,
+    # The least history that reaches the default rate (1e-3 per evaluation, 4 gates, two sides) with the
+    # profile's 4 agreeing pairs: 19 (24 / (20·21·22·23) = 1.0e-4 per side per gate).
+    from worker.gates.noise import history_needed
+
+    calib = history_needed(settings.false_significance_rate / 4 / 2, 4)
+    assert calib == 19
+    rep = run_placebo(str(repo), "HEAD", settings, evaluations=20, calibrate=calib,
                       workdir=tmp_path / "w", store=AAStore(tmp_path / "aa.sqlite"), trusted_root=REPO)
     print(json.dumps({"verdicts": rep.verdicts, "noise": rep.noise_table(), "process_pairs": rep.process_pairs,
                       "s_per_eval": rep.seconds_per_evaluation}, indent=1))
@@ -51,8 +55,8 @@ def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     assert all(b is not None for b in rep.bounds.values()), rep.bounds  # calibrated: the bound is claimed
     assert sum(rep.bounds.values()) <= settings.false_significance_rate
     assert rep.false_rejects == 0, rep.verdicts
-    # Tiers share the bound (one floor, either side): P(any false tier in 20) <= 20 * 8.3e-4 < 2%;
+    # Tiers share the bound (either side): P(any false tier in 20) <= 20 * 1e-3 = 2%;
     # one is tolerated so a CI run fails only on a pattern, while any false REJECT fails it.
     assert rep.false_tiers <= 1, rep.verdicts
-    assert all(len(d) >= 36 for d in rep.deltas.values())  # one pair per run at least
-    assert all(f >= 0.02 for f in rep.floors.values())
+    assert all(len(d) >= calib + 20 for d in rep.deltas.values())  # one pair per run at least
+    assert all(f > 0 for f in rep.floors.values())

@@ -21,7 +21,7 @@ from worker.calibration.aa_store import AAStore
 from worker.gates.bench import gate_specs
 from worker.checkout import checkout_pair, remove_worktree
 from worker.config import EvalSettings
-from worker.guards import guard_bounds, guard_result, reference_version, score_revisions
+from worker.guards import guard_bounds, guard_key, guard_result, reference_version, score_revisions
 from worker.pipeline import Evaluation, Job, ModelOutcome
 from worker.records import Verdict
 
@@ -39,10 +39,16 @@ class PlaceboReport:
     bounds: dict[str, float | None] = field(default_factory=dict)
     process_pairs: list[int] = field(default_factory=list)  # per placebo evaluation
     calibrate: int = 0  # the first `calibrate` deltas of each gate are the calibration pairs
+    significant_evaluations: int = 0
 
     @property
     def false_tiers(self) -> int:
         return sum(v for k, v in self.verdicts.items() if k in ("S", "M", "L", "XL"))
+
+    @property
+    def false_significant(self) -> int:
+        """Evaluations with any significant gate (either side): what the bound is about."""
+        return self.significant_evaluations
 
     def noise_table(self) -> dict[str, dict]:
         out = {}
@@ -77,6 +83,7 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
     pairs_used: list[int] = []
     t_eval = 0.0
     n = 0  # process pairs started so far (each gets its own workdir)
+    n_sig = 0
     try:
         first = ev.make_procs(revs, [resolved.path])
         with ExitStack() as outer:
@@ -100,7 +107,8 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                         scores = score_revisions(procs, reference, vocab=vocab, model_sha=resolved.sha256,
                                                  ref_version=reference_version(ev.trusted_root), profile=p)
                         guard = guard_result(spec.name, scores, guard_bounds(
-                            store.guard_scores(ev.host, job.profile, spec.name), len(p.seeds), settings))
+                            store.guard_aa(guard_key(resolved.sha256, reference_version(ev.trusted_root)),
+                                           job.profile), len(p.seeds), settings))
                     out = ModelOutcome(guard=guard)
                     ev.measure(spec, gates, {**procs, "reference": reference}, vocab, resolved.sha256, out,
                                sweep_id=f"placebo{i}", more_pairs=(lambda _j: pair()) if judged else None)
@@ -111,6 +119,7 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                     continue
                 r = ev.decide({spec.name: out})
                 verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
+                n_sig += any(g.significant for g in r.gates)
                 pairs_used.append(len(next(iter(out.pair_deltas.values()))))
                 nulls = out.receipt["noise_floors"]
                 t_eval += time.monotonic() - t0
@@ -122,4 +131,24 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                          floors={g: v["floor"] for g, v in nulls.items()},
                          pairs_needed={g: v["pairs"] for g, v in nulls.items()},
                          bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used,
-                         calibrate=calibrate)
+                         calibrate=calibrate, significant_evaluations=n_sig)
+
+
+def judge_blocks(deltas: dict[str, list[float]], nulls: dict) -> list[dict[str, int]]:
+    """Recorded process pairs (oldest first, every gate measured in every pair) read as evaluations,
+    exactly as the pipeline runs one: the first pair, then the next pairs while any gate still wants
+    more (worker/gates/noise.py), then each gate's side (-1 slower, +1 faster, 0). Independent A/A (or
+    A/B) pairs stand in for the fresh confirming pairs an evaluation would start. An evaluation the
+    record runs out in the middle of is left out."""
+    gates = list(deltas)
+    n = min(len(v) for v in deltas.values()) if deltas else 0
+    out, i = [], 0
+    while i < n:
+        block = [i]
+        while any(nulls[g].wants_more([deltas[g][j] for j in block]) for g in gates) and block[-1] + 1 < n:
+            block.append(block[-1] + 1)
+        if any(nulls[g].wants_more([deltas[g][j] for j in block]) for g in gates):
+            break
+        out.append({g: nulls[g].significant([deltas[g][j] for j in block]) for g in gates} | {"_pairs": len(block)})
+        i = block[-1] + 1
+    return out

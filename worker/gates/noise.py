@@ -1,80 +1,158 @@
-"""The A/A null model of a speed gate: its floor, and how many process pairs must agree.
+"""The A/A null model of a speed gate: its two one-sided floors, and how many process pairs must agree.
 
 The unit of evidence is one *process pair*: a fresh base process and a fresh head process,
 measured ABBA; its delta is the median log ratio of its reps. Reps of one pair share the pair's
-own speed offset (layout, allocation; 2-12% on the shared CPU box), so they cannot tell that
-offset from a real change; fresh pairs can, because each draws a new offset.
+own speed offset (layout, allocation), so they cannot tell that offset from a real change; fresh
+pairs can, because each draws a new offset.
 
-Floor: the `rank`-th largest |delta| (log ratio) of n recorded A/A pair deltas of the gate (host, profile and
-measurement protocol). If A/A pair deltas are exchangeable (iid draws of one distribution, any
-shape), the chance that a new A/A pair exceeds it is p ~ Beta(rank, n + 1 - rank) over the
-calibration draw, so the chance that m fresh pairs all do is
+Test. From n recorded A/A pair deltas of the gate (same calibration key and measurement
+protocol), the slower floor `lo` is the rank-th smallest signed delta and the faster floor `hi`
+the rank-th largest. A gate is significantly slower when all m fresh pairs land below `lo` (and
+below 0), faster when all land above `hi`. If A/A pair deltas are exchangeable (iid draws of one
+distribution, any shape), the chance of that for one side is, over the calibration draw,
 
-    E[p^m] = prod_{i<m} (rank + i) / (n + 1 + i)
+    P = E[p^m],  p ~ Beta(rank, n + 1 - rank)  =  prod_{i<m} (rank + i) / (n + 1 + i)
 
-exactly, with no assumption about the distribution's tails (which 20-40 A/A runs cannot pin
-down at the 1e-4 level a Gaussian fit would claim). A gate is significant only when m pairs all
-land beyond the floor on the same side, m chosen so that this bound, summed over the gates of an
-evaluation, stays under the configured false-significance rate.
+exactly (scipy's beta-binomial), with no assumption about the tails. The *design* (m, rank) is a
+function of n only — never of the deltas' values — so the bound stays exact: among the designs
+whose bound is under the per-side rate, the one with the smallest detectable change under a
+Gaussian working model is used. A larger history gives a higher rank, i.e. a floor further inside
+the A/A spread, and a smaller detectable change: the floor is what the noise is, never widened
+to a fixed minimum (the H200's ±0.1-0.4 % decode noise stays usable). Noisy gates get more pairs
+(`ProfileSettings.gate_max_process_pairs`), not a wider floor.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats
+
+
+def exceed_bound(n: int, rank: int, pairs: int) -> float:
+    """P(all `pairs` fresh A/A pairs land beyond the rank-th most extreme of n A/A deltas on one
+    given side), exactly, under exchangeability."""
+    if not 1 <= rank <= n:
+        raise ValueError(f"rank {rank} must be in 1..{n}")
+    return float(stats.betabinom.sf(pairs - 1, pairs, rank, n + 1 - rank))
 
 
 def false_significance_bound(n: int, rank: int, pairs: int) -> float:
-    """P(all `pairs` fresh A/A pairs exceed the rank-th largest of n A/A |deltas|), exactly."""
+    """The same bound in closed form (kept for readers of older receipts): one side."""
     if not 1 <= rank <= n:
         raise ValueError(f"rank {rank} must be in 1..{n}")
     return math.prod((rank + i) / (n + 1 + i) for i in range(pairs))
 
 
-def pairs_needed(n: int, rank: int, per_gate_rate: float, max_pairs: int) -> int | None:
-    """Fewest agreeing pairs (<= max_pairs) whose bound is <= per_gate_rate; None if none is."""
-    if n < rank:
-        return None
+@dataclass(frozen=True)
+class Design:
+    pairs: int  # m: fresh process pairs that must all agree
+    rank: int  # floors are the rank-th most extreme A/A delta on each side
+    bound_per_side: float
+    mdc_sd: float  # detectable change at 90 % power, in units of the pair-delta sd (Gaussian working model)
+
+
+@lru_cache(maxsize=4096)
+def choose_design(n: int, per_side_rate: float, max_pairs: int, power: float = 0.9) -> Design | None:
+    """The (pairs, rank) with the smallest detectable change whose one-sided bound is <= the rate.
+
+    Depends on n only, so choosing it cannot bias the bound."""
+    best = None
     for m in range(1, max_pairs + 1):
-        if false_significance_bound(n, rank, m) <= per_gate_rate:
-            return m
-    return None
+        if n < 1 or exceed_bound(n, 1, m) > per_side_rate:
+            continue
+        lo, hi = 1, n  # largest rank whose bound is under the rate (the bound grows with rank)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if exceed_bound(n, mid, m) <= per_side_rate:
+                lo = mid
+            else:
+                hi = mid - 1
+        r = lo
+        mdc = float(stats.norm.ppf(1 - r / (n + 1)) + stats.norm.ppf(power ** (1 / m)))
+        d = Design(m, r, exceed_bound(n, r, m), mdc)
+        if best is None or d.mdc_sd < best.mdc_sd - 1e-9:
+            best = d
+    return best
 
 
-def floor_from_history(aa_deltas: list[float], *, rank: int, minimum: float) -> float:
-    """max(log1p(minimum), rank-th largest |A/A pair log ratio|), in log space; a larger floor only
-    lowers the bound."""
-    d = sorted((abs(x) for x in aa_deltas if math.isfinite(x)), reverse=True)
-    if len(d) < rank:
-        raise ValueError(f"{len(d)} A/A deltas, the floor needs at least {rank}")
-    return max(math.log1p(minimum), d[rank - 1])
+def history_needed(per_side_rate: float, max_pairs: int) -> int:
+    """Fewest A/A pair deltas for which some design meets the rate."""
+    n = 1
+    while exceed_bound(n, 1, max_pairs) > per_side_rate:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
 class GateNull:
-    """What one gate's A/A history allows: the floor, the agreeing pairs needed, the bound."""
+    """What one gate's A/A history allows: the floors, the agreeing pairs needed, the bound."""
 
-    log_floor: float  # |log(head/base)| a pair must exceed
-    pairs: int  # process pairs that must agree beyond the floor
+    lo: float  # log ratio a pair must land below to count as slower (< 0)
+    hi: float  # ... above to count as faster (> 0)
+    pairs: int  # process pairs that must all agree on one side
     calibrated: bool
     aa_deltas: int
-    bound: float | None  # P(false significance) of this gate per evaluation; None = no guarantee
+    bound: float | None  # P(false significance, either side) of this gate per evaluation; None = no guarantee
+    rank: int | None = None
+    aa_sd: float | None = None  # sd of the A/A pair deltas (the interval's spread over process pairs)
+    state: str = "calibrated"  # calibrated | uncalibrated | drift
     reason: str | None = None
 
     @property
+    def log_floor(self) -> float:
+        return max(self.hi, -self.lo)
+
+    @property
     def floor(self) -> float:
-        """The floor as a relative speed change (the speedup side; a slowdown's is 1 - e^-L)."""
+        """The larger of the two floors as a relative speed change (shown in the comment)."""
         return math.expm1(self.log_floor)
 
+    def side(self, deltas: list[float]) -> int:
+        """-1: every pair so far below `lo`; +1: every pair above `hi`; 0 otherwise."""
+        if not deltas:
+            return 0
+        if all(d < self.lo for d in deltas):
+            return -1
+        if all(d > self.hi for d in deltas):
+            return 1
+        return 0
 
-def gate_null(aa_deltas: list[float], *, per_gate_rate: float, rank: int, minimum: float, max_pairs: int,
-              uncalibrated_floor: float) -> GateNull:
-    n = len(aa_deltas)
-    m = pairs_needed(n, rank, per_gate_rate, max_pairs)
-    if m is None:
-        # Not enough history for the target: a fixed floor, every pair must agree, no guarantee claimed.
-        need = next(k for k in range(rank, 10**6) if pairs_needed(k, rank, per_gate_rate, max_pairs))
-        return GateNull(math.log1p(uncalibrated_floor), max_pairs, False, n, None,
-                        f"{n} A/A pair deltas for this gate on this host; {need} give the "
-                        f"{per_gate_rate:.1e} per-gate bound with {max_pairs} pairs: run `tokengate calibrate`")
-    floor = floor_from_history(aa_deltas, rank=rank, minimum=minimum)
-    return GateNull(floor, m, True, n, false_significance_bound(n, rank, m))
+    def significant(self, deltas: list[float]) -> int:
+        return self.side(deltas) if len(deltas) >= self.pairs else 0
+
+    def wants_more(self, deltas: list[float]) -> bool:
+        """Another fresh pair can still change the answer (early stop is exact: a pair that missed
+        the floor already decides 'not significant')."""
+        return len(deltas) < self.pairs and self.side(deltas) != 0
+
+
+def gate_null(aa_deltas: list[float], *, per_gate_rate: float, minimum: float, max_pairs: int,
+              uncalibrated_floor: float, rank: int | None = None, state: str | None = None,
+              reason: str | None = None) -> GateNull:
+    """The null of one gate. `per_gate_rate` covers both sides; `rank` pins the rank (tests).
+
+    `state="drift"` (set by worker/calibration/history.py) forces the uncalibrated null."""
+    d = [x for x in aa_deltas if math.isfinite(x)]
+    n = len(d)
+    per_side = per_gate_rate / 2
+    design = None if state == "drift" else choose_design(n, per_side, max_pairs)
+    if design is not None and rank is not None:
+        if exceed_bound(n, rank, design.pairs) <= per_side:
+            design = Design(design.pairs, rank, exceed_bound(n, rank, design.pairs), design.mdc_sd)
+    if design is None:
+        need = history_needed(per_side, max_pairs)
+        why = reason or (f"{n} A/A pair deltas for this gate on this worker; {need} give the {per_gate_rate:.1e} "
+                         f"per-gate bound with {max_pairs} pairs (the worker records them itself; "
+                         f"`tokengate calibrate` does it by hand)")
+        u = math.log1p(uncalibrated_floor)
+        return GateNull(-u, u, max_pairs, False, n, None, None,
+                        float(np.std(d, ddof=1)) if n >= 3 else None, state or "uncalibrated", why)
+    s = sorted(d)
+    m = math.log1p(minimum)
+    lo = min(s[design.rank - 1], -m, 0.0)
+    hi = max(s[-design.rank], m, 0.0)
+    return GateNull(lo, hi, design.pairs, True, n, 2 * design.bound_per_side, design.rank,
+                    float(np.std(d, ddof=1)) if n >= 2 else None)

@@ -38,8 +38,10 @@ def trusted_root() -> Path | None:
 
 
 def idempotency_key(job: dict) -> str:
+    # Base too: a rerun after main moved is a new measurement, not the old verdict (issue 13).
     parts = [job.get("repo_full_name") or job.get("repo_url") or job.get("repo"), job.get("pr_number"),
-             job.get("head_sha") or job.get("head_ref"), job.get("profile", "quick")]
+             job.get("head_sha") or job.get("head_ref"), job.get("profile", "quick"),
+             job.get("base_sha") or job.get("base_ref")]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
@@ -111,10 +113,29 @@ def run_job(job: dict) -> dict:
         if cached and cached.get("verdict") != Verdict.INFRA.value:
             cached.setdefault("receipt", {})["reused_from_cache"] = True
             return cached
+        _self_calibrate(ev, j)
         result = ev.run().to_dict()
     if result["verdict"] != Verdict.INFRA.value:
         store_result(key, result)
     return result
+
+
+def _self_calibrate(ev, job) -> None:
+    """A GPU worker with no usable A/A history for this GPU/driver/torch/triton/protocol records A/A
+    pairs of the job's base first (worker/calibration/auto.py); a failure leaves the gates uncalibrated,
+    which the verdict then says."""
+    if not (ev.settings.auto_calibrate and ev.profile.device.startswith("cuda")):
+        return
+    from worker.calibration import auto
+
+    if auto.calibrated(ev):
+        return
+    try:
+        run = auto.calibrate_pairs(job.repo, job.base_ref, ev.settings, store=ev.store, trusted_root=ev.trusted_root,
+                                   base_sha=job.base_sha, device=job.device, models=job.models)
+        ev._calibration_run = run
+    except Exception as exc:  # noqa: BLE001 - calibration is best effort; the verdict says "uncalibrated"
+        ev._calibration_run = f"{type(exc).__name__}: {exc}"
 
 
 @app.task(name=EVALUATE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,

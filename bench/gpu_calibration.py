@@ -1,0 +1,325 @@
+"""Calibrate a fresh GPU worker from nothing, then show its placebo and its power (one receipt).
+
+For the lead on the H200; resumable in pieces of <= 9 minutes (`--budget`), the history travelling
+as files in `--state DIR` (carry it between device calls):
+
+    python bench/gpu_calibration.py --state .device/cal --profile standard calibrate --budget 520
+    python bench/gpu_calibration.py --state .device/cal placebo --budget 520   # repeat until done
+    python bench/gpu_calibration.py --state .device/cal detect --budget 520    # repeat until done
+    python bench/gpu_calibration.py --state .device/cal report                 # bench/receipts/gpu-calibration-*.json
+
+calibrate  A/A process pairs of main (worker/calibration/auto.py, what a worker does by itself) until
+           every gate of the profile can back the false-significance bound; the seconds it took, summed
+           over pieces, against the 15-minute target for `standard`.
+placebo    more A/A pairs until >= `--placebo-pairs` per gate beyond calibration, read as A/A
+           evaluations against the calibration floors (worker/calibration/placebo.py judge_blocks):
+           significant evaluations vs the bound, and the bound and floors the whole history supports.
+detect     process pairs of main vs branches `plant-1/2/5` of this checkout whose engine busy-waits
+           1 / 2 / 5 % of each decode and prefill call's own time after synchronising (a calibrated
+           slowdown in the real kernel path, outputs unchanged), read as evaluations: detection rates
+           per gate.
+CPU check of the logic: `--profile quick --rate 0.05` runs every step in a few minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from worker.calibration.aa_store import AAStore  # noqa: E402
+from worker.calibration.auto import calibrate_pairs, run_pairs, targets  # noqa: E402
+from worker.calibration.placebo import judge_blocks  # noqa: E402
+from worker.config import EvalSettings  # noqa: E402
+from worker.gates.noise import choose_design, gate_null  # noqa: E402
+
+PLANTS = (0.01, 0.02, 0.05)
+PLANT_PATCH = '''
+
+# --- planted slowdown (bench/gpu_calibration.py): every decode/prefill call busy-waits a fixed share
+# of its own time after synchronising. Outputs are unchanged.
+_PLANT = {share!r}
+_plain_load_engine = load_engine
+
+
+def load_engine(*args, **kwargs):
+    import time as _t
+
+    eng = _plain_load_engine(*args, **kwargs)
+    for name in ("generate_greedy", "prefill"):
+        plain = getattr(eng, name)
+
+        def slowed(*a, _plain=plain, **k):
+            t0 = _t.perf_counter()
+            out = _plain(*a, **k)
+            eng.synchronize()
+            end = _t.perf_counter() + _PLANT * (_t.perf_counter() - t0)
+            while _t.perf_counter() < end:
+                pass
+            return out
+
+        setattr(eng, name, slowed)
+    return eng
+'''
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@tokengate.invalid",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@tokengate.invalid",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
+def git(repo: Path, *a: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,
+                          env=GIT_ENV).stdout.strip()
+
+
+class State:
+    def __init__(self, d: Path):
+        self.dir = d
+        d.mkdir(parents=True, exist_ok=True)
+        self.path = d / "state.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.store = AAStore(d / "history.sqlite")
+
+    def save(self):
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+
+def setup(st: State, profile: str) -> Path:
+    """A clone of this checkout with plant branches (fixed dates: the same SHAs in every piece)."""
+    repo = st.dir / "repo"
+    if not (repo / ".git").exists():
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True)
+        main = git(repo, "rev-parse", "HEAD")
+        for share in PLANTS:
+            b = f"plant-{round(share * 100)}"
+            git(repo, "checkout", "-q", "-B", b, main)
+            init = repo / "runtime" / "__init__.py"
+            init.write_text(init.read_text() + PLANT_PATCH.format(share=share))
+            git(repo, "commit", "-q", "-am", f"planted {share:.0%} slowdown")
+        git(repo, "checkout", "-q", main)
+        st.data.update(main=main, profile=profile, created=dt.datetime.now(dt.timezone.utc).isoformat())
+        st.save()
+    return repo
+
+
+def settings(st: State, args) -> EvalSettings:
+    s = EvalSettings(profile=st.data.get("profile", args.profile), sentinel_aa_pair="never",
+                     confirm_head_faults=False)
+    return s.model_copy(update={"false_significance_rate": args.rate}) if args.rate else s
+
+
+def step_calibrate(st: State, args) -> bool:
+    repo = setup(st, args.profile)
+    s = settings(st, args)
+    c = st.data.setdefault("calibrate", {"seconds": 0.0, "pieces": 0, "pairs": 0, "per_pair_seconds": []})
+    if c.get("done"):
+        return True
+    run = calibrate_pairs(str(repo), st.data["main"], s, store=st.store, budget_s=args.budget,
+                          base_sha=st.data["main"], trusted_root=ROOT, workdir=st.dir / "work")
+    c["seconds"] += run.seconds
+    c["pieces"] += 1
+    c["pairs"] += run.pairs_recorded
+    c["per_pair_seconds"] += run.per_pair_seconds
+    c.update(done=run.done, key=run.key, target=run.target, after=run.after)
+    c["minutes"] = round(c["seconds"] / 60, 2)
+    c["within_15_min"] = c["seconds"] <= 900 if run.done else None
+    st.data["calibration_n"] = min(run.target.values())
+    st.save()
+    print(f"calibrate: {run.pairs_recorded} pairs in {run.seconds:.0f} s (total {c['seconds']:.0f} s over "
+          f"{c['pieces']} piece(s)); done={run.done} {run.stopped or ''}")
+    return run.done
+
+
+def _deltas(st: State, ev_like: dict) -> dict[str, list[float]]:
+    """Every A/A delta of each gate under this worker's key, oldest first."""
+    import sqlite3
+
+    out = {}
+    db = sqlite3.connect(st.store.path)
+    for name, (model, gate, protocol) in ev_like.items():
+        rows = db.execute("SELECT delta FROM pair_delta WHERE host=? AND profile=? AND protocol=? AND model=? "
+                          "AND gate=? ORDER BY created", (st.data["calibrate"]["key"], st.data["profile"], protocol,
+                                                          model, gate)).fetchall()
+        out[name] = [r[0] for r in rows]
+    return out
+
+
+def _gates(st: State, s: EvalSettings) -> dict:
+    from worker.pipeline import Evaluation, Job
+
+    ev = Evaluation(Job(repo=str(st.dir / "repo"), base_ref="x", head_ref="x", profile=s.profile), s,
+                    store=st.store, trusted_root=ROOT)
+    return ev, {f"{m.name} {g}": (m.name, g, ev.protocol_key(m.name)) for m in ev.profile.models
+                for g in m.gate_names()}
+
+
+def _nulls(hist: dict[str, list[float]], s: EvalSettings, ev) -> dict:
+    rate = s.false_significance_rate / ev.gate_count()
+    return {k: gate_null(v, per_gate_rate=rate, minimum=s.noise_floor_min,
+                         max_pairs=ev.profile.max_pairs_for(k.split(" ", 1)[1]),
+                         uncalibrated_floor=s.noise_floor_uncalibrated) for k, v in hist.items()}
+
+
+def step_placebo(st: State, args) -> bool:
+    if not st.data.get("calibrate", {}).get("done"):
+        print("placebo: calibrate first")
+        return False
+    repo = st.dir / "repo"
+    s = settings(st, args)
+    n_cal = st.data["calibration_n"]
+    s2 = s.model_copy(update={"calibration_pairs_target": n_cal + args.placebo_pairs})
+    run = calibrate_pairs(str(repo), st.data["main"], s2, store=st.store, budget_s=args.budget,
+                          base_sha=st.data["main"], trusted_root=ROOT, workdir=st.dir / "work")
+    p = st.data.setdefault("placebo", {"seconds": 0.0, "pairs": 0})
+    p["seconds"] += run.seconds
+    p["pairs"] += run.pairs_recorded
+    p["done"] = run.done
+    st.save()
+    print(f"placebo: {run.pairs_recorded} A/A pairs in {run.seconds:.0f} s; done={run.done} {run.stopped or ''}")
+    return run.done
+
+
+def placebo_figures(st: State, s: EvalSettings) -> dict:
+    ev, names = _gates(st, s)
+    hist = _deltas(st, names)
+    n_cal = st.data["calibration_n"]
+    nulls = _nulls({k: v[:n_cal] for k, v in hist.items()}, s, ev)
+    evals = judge_blocks({k: v[n_cal:] for k, v in hist.items()}, nulls)
+    sig = sum(any(e[k] != 0 for k in names) for e in evals)
+    bound = sum(n.bound for n in nulls.values()) if all(n.calibrated for n in nulls.values()) else None
+    full = _nulls(hist, s, ev)
+    rate = s.false_significance_rate / ev.gate_count() / 2
+    supported = {}
+    for k, v in hist.items():
+        import numpy as np
+
+        null = full[k]
+        d = choose_design(len(v), rate, ev.profile.max_pairs_for(k.split(" ", 1)[1]))
+        supported[k] = {"n": len(v), "bound": null.bound, "pairs": null.pairs, "rank": null.rank,
+                        "floor_slower": -math.expm1(null.lo), "floor_faster": math.expm1(null.hi),
+                        "aa_sd": float(np.std(v, ddof=1)) if len(v) > 2 else None,
+                        "mdc_90_estimate": (math.expm1(d.mdc_sd * float(np.std(v, ddof=1)))
+                                            if d and len(v) > 2 else None)}
+    return {"calibration_pairs_per_gate": n_cal, "placebo_pairs_per_gate": {k: len(v) - n_cal for k, v in hist.items()},
+            "placebo_evaluations": len(evals), "significant_evaluations": sig,
+            "bound_per_evaluation_at_calibration": bound,
+            "false_significance_observed": sig / len(evals) if evals else None,
+            "supported_by_whole_history": supported,
+            "bound_per_evaluation_whole_history": sum(x["bound"] for x in supported.values())
+            if all(x["bound"] is not None for x in supported.values()) else None}
+
+
+def step_detect(st: State, args) -> bool:
+    if not st.data.get("calibrate", {}).get("done"):
+        print("detect: calibrate first")
+        return False
+    from worker.pipeline import Evaluation, Job
+
+    s = settings(st, args)
+    t0 = time.monotonic()
+    det = st.data.setdefault("detect", {})
+    for share in PLANTS:
+        b = f"plant-{round(share * 100)}"
+        rec = det.setdefault(b, {"deltas": {}, "pairs": 0, "seconds": 0.0})
+        if rec["pairs"] >= args.detect_pairs:
+            continue
+        job = Job(repo=str(st.dir / "repo"), base_ref=st.data["main"], head_ref=b, base_sha=st.data["main"],
+                  profile=s.profile)
+        ev = Evaluation(job, s, store=st.store, trusted_root=ROOT, workdir=st.dir / "work")
+        left = None if args.budget is None else args.budget - (time.monotonic() - t0)
+        if left is not None and left < 30:
+            break
+        tp = time.monotonic()
+
+        def on_pair(spec, deltas):
+            for g, d in deltas.items():
+                rec["deltas"].setdefault(f"{spec.name} {g}", []).append(d)
+
+        def want_more(spec, gates, _gk):
+            return bool(gates) and min((len(rec["deltas"].get(f"{spec.name} {g.name}", [])) for g in gates),
+                                       default=0) < args.detect_pairs
+
+        n, _per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=left, head_ref=b)
+        rec["pairs"] = min((len(v) for v in rec["deltas"].values()), default=0)
+        rec["seconds"] += round(time.monotonic() - tp, 1)
+        st.save()
+        print(f"detect {b}: {n} pairs ({rec['pairs']} recorded) {stopped or ''}")
+        if stopped:
+            return False
+    return all(det.get(f"plant-{round(x * 100)}", {}).get("pairs", 0) >= args.detect_pairs for x in PLANTS)
+
+
+def detect_figures(st: State, s: EvalSettings) -> dict:
+    ev, names = _gates(st, s)
+    nulls = _nulls(_deltas(st, names), s, ev)
+    out = {}
+    for b, rec in st.data.get("detect", {}).items():
+        d = {k: v for k, v in rec["deltas"].items() if k in nulls}
+        evals = judge_blocks(d, nulls)
+        out[b] = {"evaluations": len(evals), "pairs": rec["pairs"],
+                  "detected_slower": {k: (sum(e[k] < 0 for e in evals) / len(evals) if evals else None) for k in d},
+                  "mean_change": {k: math.expm1(sum(v) / len(v)) for k, v in d.items() if v}}
+    return out
+
+
+def report(st: State, args) -> Path:
+    s = settings(st, args)
+    out = {"kind": "gpu_calibration", "profile": st.data.get("profile"), "main": st.data.get("main"),
+           "false_significance_rate": s.false_significance_rate, "calibration": st.data.get("calibrate"),
+           "placebo": placebo_figures(st, s) if st.data.get("calibrate", {}).get("done") else None,
+           "detection": detect_figures(st, s) if st.data.get("detect") else None,
+           "host": __import__("worker.calibration.key", fromlist=["key_facts"]).key_facts(s.profile_settings().device),
+           "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(args.out) / f"gpu-calibration-{out['profile']}-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=str))
+    c = out["calibration"] or {}
+    print(f"calibration: {c.get('pairs')} A/A pairs, {c.get('minutes')} min (<= 15: {c.get('within_15_min')})")
+    if out["placebo"]:
+        p = out["placebo"]
+        print(f"placebo: {p['significant_evaluations']}/{p['placebo_evaluations']} A/A evaluations significant; "
+              f"bound {p['bound_per_evaluation_at_calibration']}; whole history supports "
+              f"{p['bound_per_evaluation_whole_history']}")
+    for b, d in (out["detection"] or {}).items():
+        print(f"{b}: " + ", ".join(f"{k} {v:.0%}" for k, v in d["detected_slower"].items() if v is not None))
+    print(f"receipt: {path}")
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--state", required=True, help="directory holding the history (resumable)")
+    ap.add_argument("--profile", default="standard")
+    ap.add_argument("--rate", type=float, default=None, help="false-significance rate (default: the settings')")
+    ap.add_argument("--budget", type=float, default=520.0, help="seconds per piece (<= 9 min)")
+    ap.add_argument("--placebo-pairs", type=int, default=50)
+    ap.add_argument("--detect-pairs", type=int, default=12)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "receipts"))
+    ap.add_argument("step", choices=["calibrate", "placebo", "detect", "report", "all"])
+    args = ap.parse_args(argv)
+    st = State(Path(args.state))
+    if args.step == "calibrate":
+        step_calibrate(st, args)
+    elif args.step == "placebo":
+        step_placebo(st, args)
+    elif args.step == "detect":
+        step_detect(st, args)
+    elif args.step == "report":
+        report(st, args)
+    else:
+        ok = step_calibrate(st, args) and step_placebo(st, args) and step_detect(st, args)
+        report(st, args)
+        return 0 if ok else 4
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

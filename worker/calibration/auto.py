@@ -1,0 +1,154 @@
+"""Self-calibration: record A/A process pairs of main until every gate of the profile can back
+the false-significance bound (or `calibration_pairs_target`, if larger).
+
+Pairs, not whole evaluations: one checkout of main twice, one trusted reference for the
+vocabulary, then fresh base-vs-base process pairs, each sweeping every gate of the model once;
+every pair is an independent draw of each gate's null, taken whatever the earlier ones showed.
+The accuracy guards' A/A seed scores are recorded from the first pairs too. Resumable: it counts
+what the store already holds under this worker's calibration key (a re-created worker with the
+same GPU, driver, torch and triton finds its history on the compose volume and records nothing).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from worker import models as model_files
+from worker.calibration.aa_store import AAStore
+from worker.checkout import checkout_pair, remove_worktree
+from worker.config import EvalSettings
+from worker.gates.bench import gate_specs
+from worker.gates.noise import history_needed
+from worker.gates.stats import pair_delta
+from worker.guards import guard_key, reference_version, score_revisions
+
+
+@dataclass
+class CalibrationRun:
+    key: str
+    target: dict[str, int]  # "model gate" → A/A pairs wanted
+    before: dict[str, int]
+    after: dict[str, int] = field(default_factory=dict)
+    pairs_recorded: int = 0
+    seconds: float = 0.0
+    per_pair_seconds: list[float] = field(default_factory=list)
+    done: bool = False
+    stopped: str | None = None  # why it stopped before the target (time budget)
+
+
+def targets(ev, s: EvalSettings) -> dict[tuple[str, str], int]:
+    per_side = s.false_significance_rate / ev.gate_count() / 2
+    return {(m.name, g): max(s.calibration_pairs_target, history_needed(per_side, ev.profile.max_pairs_for(g)))
+            for m in ev.profile.models for g in m.gate_names()}
+
+
+def counts(ev) -> dict[tuple[str, str], int]:
+    now = time.time()
+    return {(m.name, g): len(ev.store.pair_rows(ev.host, ev.job.profile, ev.protocol_key(m.name), m.name, g,
+                                                since=now - ev.settings.aa_max_age_days * 86400))
+            for m in ev.profile.models for g in m.gate_names()}
+
+
+def calibrated(ev) -> bool:
+    want, have = targets(ev, ev.settings), counts(ev)
+    return all(have[k] >= n for k, n in want.items())
+
+
+def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: float | None = None,
+              head_ref: str | None = None, head_sha: str | None = None, on_guard=None) -> tuple[int, list, str | None]:
+    """Fresh process pairs of ev.job's base (vs `head_ref`, default: base itself), each sweeping every
+    gate of a model once, while `want_more(spec, gates)`; `on_pair(spec, {gate: delta})` gets each.
+    `on_guard(spec, gkey, scores)` scores the accuracy guards on a pair while it returns True.
+    Returns (pairs, per-pair seconds, why it stopped early or None)."""
+    t0 = time.monotonic() if t0 is None else t0
+    job = ev.job
+    ev.workdir.mkdir(parents=True, exist_ok=True)
+    git_dir, base, head = checkout_pair(job.repo, job.base_ref, head_ref or job.base_ref, ev.workdir, job.base_sha,
+                                        head_sha or (job.base_sha if head_ref is None else None))
+    ev.revs = {"base": base, "head": head}
+    ref_version = reference_version(ev.trusted_root)
+    n, per, stopped = 0, [], None
+    try:
+        for spec in ev.profile.models:
+            gates = gate_specs(spec, ev.profile)
+            resolved = model_files.resolve(spec, ev.trusted_root)
+            gkey = guard_key(resolved.sha256, ref_version)
+            procs = ev.make_procs(ev.revs, [resolved.path])
+            with procs["reference"] as reference:
+                reference.start(ev.profile.load_timeout_s)
+                vocab = reference.request("load", path=str(resolved.path), device=ev.profile.device,
+                                          max_context=ev.profile.max_context(spec), backend="reference",
+                                          phase="load", timeout=ev.profile.load_timeout_s)[0]["vocab_size"]
+                while want_more(spec, gates, gkey):
+                    # Stop when the next pair would end past the budget (pieces of a bounded length);
+                    # the first pair always runs, so every piece makes progress.
+                    if budget_s is not None and per and time.monotonic() - t0 + max(per) > budget_s:
+                        stopped = f"time budget of {budget_s:.0f} s used; run again to continue"
+                        break
+                    tp = time.monotonic()
+                    with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
+                        n += 1
+                        if on_guard is not None and on_guard(spec, gkey, None):
+                            on_guard(spec, gkey, score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
+                                                                 ref_version=ref_version, profile=ev.profile))
+                        sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"pairs{n}", spec) if gates else None
+                    on_pair(spec, {g.name: pair_delta(sw.values("base", g.name), sw.values("head", g.name))
+                                   for g in gates})
+                    per.append(round(time.monotonic() - tp, 3))
+            if stopped:
+                break
+    finally:
+        for rev in ev.revs.values():
+            remove_worktree(git_dir, rev)
+    return n, per, stopped
+
+
+def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AAStore | None = None,
+                    workdir=None, trusted_root=None, budget_s: float | None = None, progress=None,
+                    base_sha: str | None = None, device: str | None = None, models: list[str] | None = None
+                    ) -> CalibrationRun:
+    """Record A/A pairs of `ref` until every gate reaches its target, or `budget_s` runs out."""
+    from worker.pipeline import Evaluation, Job  # the pipeline imports this package
+
+    job = Job(repo=repo, base_ref=ref, head_ref=ref, base_sha=base_sha, head_sha=base_sha,
+              profile=settings.profile, device=device, models=models)
+    ev = Evaluation(job, settings, store=store, workdir=workdir, trusted_root=trusted_root, progress=progress)
+    want = targets(ev, settings)
+    have = counts(ev)
+    run = CalibrationRun(ev.host, {f"{m} {g}": n for (m, g), n in want.items()},
+                         {f"{m} {g}": n for (m, g), n in have.items()})
+    t0 = time.monotonic()
+    guard_wanted = math.ceil(settings.min_aa_samples / len(ev.profile.seeds))
+    guards = {}
+
+    def guards_have(gkey):
+        if gkey not in guards:
+            guards[gkey] = len(ev.store.guard_aa(gkey, job.profile)) // len(ev.profile.seeds)
+        return guards[gkey]
+
+    def want_more(spec, gates, gkey):
+        return (any(have[(spec.name, g.name)] < want[(spec.name, g.name)] for g in gates)
+                or guards_have(gkey) < guard_wanted)
+
+    def on_guard(spec, gkey, scores):
+        if scores is None:
+            return guards_have(gkey) < guard_wanted
+        ev._record_guard_aa(gkey, scores)
+        guards[gkey] += 1
+        return True
+
+    def on_pair(spec, deltas):  # every gate of this pair: each is an independent draw of its null
+        for g, d in deltas.items():
+            ev.store.add_pair_delta(ev.host, job.profile, ev.protocol_key(spec.name), spec.name, g, d,
+                                    sha=ev.revs["base"].sha)
+            have[(spec.name, g)] += 1
+
+    n, per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=budget_s, t0=t0,
+                                on_guard=on_guard)
+    run.pairs_recorded, run.per_pair_seconds, run.stopped = n, per, stopped
+    run.seconds = round(time.monotonic() - t0, 3)
+    after = counts(ev)
+    run.after = {f"{m} {g}": k for (m, g), k in after.items()}
+    run.done = all(after[k] >= v for k, v in want.items())
+    return run
