@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
 from worker import models as model_files
-from worker import sandbox, telemetry
+from worker import compile_cache, sandbox, telemetry
 from worker.calibration.aa_store import AAStore
 from worker.gates.bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
 from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
@@ -81,6 +81,7 @@ class ModelOutcome:
     output_failures: list[str] = field(default_factory=list)
     receipt: dict = field(default_factory=dict)
     pair_deltas: dict[str, list[float]] = field(default_factory=dict)  # gate → log ratio of each process pair
+    memory_failures: list[str] = field(default_factory=list)
 
 
 def _check_protocol(role: str, hello: dict) -> None:
@@ -126,7 +127,19 @@ class Evaluation:
         if self._deadline is not None and time.monotonic() > self._deadline:
             raise infra(InfraKind.TIMEOUT, f"the evaluation ran past its {self.profile.eval_timeout_s:.0f} s limit "
                                            f"(at: {event} {info.get('model', '')})")
+        self._clock_phase(event, info)
         self._user_progress(event, **info)
+
+    def _clock_phase(self, event: str, info: dict) -> None:
+        """Per-phase wall times for the receipt: a phase lasts until the next progress event."""
+        if event == "step":
+            return
+        now = time.monotonic()
+        phases = self.__dict__.setdefault("_phases", [])
+        if phases:
+            phases[-1]["seconds"] = round(now - phases[-1].pop("_t0"), 3)
+        if event != "done":
+            phases.append({"phase": event, "model": info.get("model"), "pair": info.get("pair"), "_t0": now})
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -184,6 +197,8 @@ class Evaluation:
         result.duration_s = round(time.monotonic() - t0, 3)
         receipt["duration_s"] = result.duration_s
         receipt["verdict"] = result.verdict.value
+        self._clock_phase("done", {})
+        receipt["phases"] = getattr(self, "_phases", [])
         result.receipt = receipt
         self._user_progress("done", verdict=result.verdict.value)
         return result
@@ -204,12 +219,24 @@ class Evaluation:
         d = self.workdir / "proc"
         # Imports and loads overlap on every allowed core; run_sweep pins base and head to the
         # profile's CPUs before timing anything. The reference is never timed.
-        return {
+        procs = {
             "base": RevisionProcess("base", revs["base"].root, d / "base", pin_at_start=False, **common),
             "head": RevisionProcess("head", revs["head"].root, d / "head", pin_at_start=False, **common),
             "reference": RevisionProcess("reference", self.trusted_root, d / "reference", pin_at_start=False,
                                          **common),
         }
+        keys = {"base": revs["base"].sha, "head": revs["head"].sha,
+                "reference": "trusted-" + reference_version(self.trusted_root)}
+        for role, proc in procs.items():
+            self._use_compile_cache(proc, keys[role])
+        return procs
+
+    @staticmethod
+    def _use_compile_cache(proc: RevisionProcess, key: str) -> None:
+        """Give the process its own revision's compile cache (worker/compile_cache.py): writable, per SHA."""
+        d = compile_cache.compile_cache_dir(key)
+        proc.writable = [*proc.writable, d]
+        proc.env_extra = {**proc.env_extra, **compile_cache.compile_cache_env(d)}
 
     @contextmanager
     def fresh_pair(self, revs: dict[str, Revision], spec: ModelSpec, path: Path, n: int,
@@ -330,6 +357,7 @@ class Evaluation:
                                         "after measuring")
             checks.append(self._verify(sweeps[-1], gates, procs["reference"]))
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
+        self._judge_memory(spec, gates, sweeps[0], out)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -344,7 +372,35 @@ class Evaluation:
         p = self.profile
         return run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
-                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
+                         gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None)
+
+    def _gpu_bytes(self, proc: RevisionProcess) -> int | None:
+        """GPU memory of one revision's process tree, read by us (NVML), never by the revision."""
+        if proc.proc is None:
+            return None
+        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
+        return nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
+
+    def _judge_memory(self, spec: ModelSpec, gates: list[GateSpec], sweep, out: ModelOutcome) -> None:
+        """Memory gates: each gate's peak GPU memory, base vs head; a rise beyond the bound is a regression."""
+        s = self.settings
+        rows = {}
+        for g in gates:
+            b, h = sweep.gpu_memory.get(("base", g.context)), sweep.gpu_memory.get(("head", g.context))
+            row = {"base_peak_gpu_bytes": b, "head_peak_gpu_bytes": h, "bound": s.memory_bound,
+                   "slack_bytes": s.memory_slack_bytes, "regression": None}
+            if b is None or h is None:
+                row["reason"] = ("CPU evaluation" if not self.profile.device.startswith("cuda")
+                                 else "NVML reported no per-process GPU memory")
+            else:
+                row["regression"] = h > b * (1 + s.memory_bound) + s.memory_slack_bytes
+                if row["regression"]:
+                    out.memory_failures.append(
+                        f"{spec.name} {g.name} peak GPU memory {b / 2**30:.2f} → {h / 2**30:.2f} GiB "
+                        f"({(h - b) / b:+.0%}; bound +{s.memory_bound:.0%} + {s.memory_slack_bytes >> 20} MiB)")
+            rows[g.name] = row
+        out.receipt["gate_memory"] = rows
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
@@ -510,6 +566,7 @@ class Evaluation:
         guards = [o.guard for o in outcomes.values() if o.guard]
         problems = [f"{g.model} accuracy guard failed: {g.reason}" for g in guards if not g.passed]
         problems += [e for o in outcomes.values() for e in o.output_failures]
+        problems += [e for o in outcomes.values() for e in o.memory_failures]
         problems += [f"{g.model} {g.gate} regressed {g.rel_change:+.1%} (CI {g.ci_low:+.1%}..{g.ci_high:+.1%}, "
                      f"noise floor {g.noise_floor:.1%})" for g in gates if g.regression]
         if problems:
