@@ -157,13 +157,7 @@ def make_models(profile, device: str) -> list[dict]:
         t = time.monotonic()
         made = not path.exists()
         if made:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            s = spec.synth
-            subprocess.run([sys.executable, "-m", "runtime.cli", "synth", "--shape", s["shape"], "--quant", s["quant"],
-                            "--seed", str(s.get("seed", 0)), "-o", str(tmp), "--device", device, "--quiet"],
-                           cwd=REPO, check=True)
-            os.replace(tmp, path)
+            model_files.make_synth(spec.synth, REPO, device=device)
         secs = time.monotonic() - t
         t = time.monotonic()
         sha = model_files.sha256_file(path)
@@ -267,6 +261,7 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
         "models": {k: {"gguf_sha256": v.get("gguf_sha256"), "process_pairs": v.get("process_pairs"),
                        "gate_memory": v.get("gate_memory")} for k, v in (rec.get("models") or {}).items()},
         "load_seconds": {r: (p.get("hello") or {}).get("load_seconds") for r, p in (rec.get("processes") or {}).items()},
+        "pair_load_seconds": rec.get("pair_load_seconds"),
         "peak_gpu_memory_bytes": {r: p.get("peak_gpu_memory_bytes") for r, p in (rec.get("processes") or {}).items()},
         "isolation": rec.get("isolation"), "host": rec.get("host"),
     }
@@ -329,13 +324,13 @@ def main(argv=None) -> int:
         if args.probe and models:
             primary = next(m for m in models if m["model"] == next(s.name for s in prof.models if s.role == "primary"))
             step("load_probe", lambda: load_probe(primary["path"], 4096, work))
-        r = step("redis", lambda: start_redis(args.redis_server, work))
+        r = step("redis", lambda: start_redis(args.redis_server, out))
         if r is None or repo is None:
             return 1
         redis_proc, url = r
         env = {**os.environ, "TOKENGATE_DEVICE": args.device, "TOKENGATE_TRUSTED_RUNTIME": str(REPO),
                "TOKENGATE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
-        worker = start_worker(url, work, env)
+        worker = start_worker(url, out, env)
         app = configure(url)
         for i, name in enumerate([c for c in args.cases.split(",") if c]):
             left = args.budget_s - (time.monotonic() - t_start)
@@ -362,9 +357,6 @@ def main(argv=None) -> int:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        for log in ("celery-worker.log", "redis.log"):
-            if (work / log).exists():
-                shutil.copy(work / log, out / log)
         receipt["all_ok"] = bool(receipt["cases"]) and all(c.get("ok") for c in receipt["cases"]) \
             and not receipt["skipped"]
         save()

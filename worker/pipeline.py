@@ -158,7 +158,7 @@ class Evaluation:
             revs = self.revs = {"base": base, "head": head}
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
             self.progress("models")
-            resolved = [model_files.resolve(spec, self.trusted_root) for spec in self.profile.models]
+            resolved = [model_files.resolve(spec, self.trusted_root, self.profile.device) for spec in self.profile.models]
             procs = self.make_procs(revs, [m.path for m in resolved])
             try:
                 with ExitStack() as stack:
@@ -199,6 +199,7 @@ class Evaluation:
         receipt["verdict"] = result.verdict.value
         self._clock_phase("done", {})
         receipt["phases"] = getattr(self, "_phases", [])
+        receipt["pair_load_seconds"] = getattr(self, "_pair_loads", [])
         result.receipt = receipt
         self._user_progress("done", verdict=result.verdict.value)
         return result
@@ -259,7 +260,10 @@ class Evaluation:
                     procs[r].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
                                    backend=p.backend)
                 for r in order:
-                    got = procs[r].finish(phase="load", timeout=p.load_timeout_s)[0]["vocab_size"]
+                    resp, secs = procs[r].finish(phase="load", timeout=p.load_timeout_s)
+                    got = resp["vocab_size"]
+                    self.__dict__.setdefault("_pair_loads", []).append(
+                        {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3)})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
                 yield {r: procs[r] for r in ("base", "head")}
@@ -508,6 +512,7 @@ class Evaluation:
         if unseen and not ours.intersection(pids):
             # NVML speaks another PID namespace (the worker runs in a container): count instead.
             live = sum(1 for proc in procs.values() if proc.proc is not None)
+            live += _own_cuda_context()  # the guards' arithmetic (worker/guard_math.py) runs on our GPU
             if len(unseen) > live:
                 foreign += unseen
         if foreign:
@@ -599,6 +604,11 @@ class Evaluation:
             "config": {"profile_name": self.job.profile, "profile": self.profile.model_dump(),
                        "eval": self.settings.model_dump(exclude={"profiles"})},
         }
+
+
+def _own_cuda_context() -> int:
+    torch = sys.modules.get("torch")
+    return int(torch is not None and torch.cuda.is_initialized())
 
 
 def _merge_checks(checks: list[dict]) -> dict:
