@@ -276,6 +276,7 @@ def main(argv=None) -> int:
     ap.add_argument("--case-estimate-s", type=float, default=150.0, help="skip a case when less than this is left")
     ap.add_argument("--max-pairs", type=int, default=None, help="override the profile's max_process_pairs")
     ap.add_argument("--probe", action="store_true", help="time a fresh load with an empty / a filled Triton cache")
+    ap.add_argument("--probe-role", default="primary", choices=("primary", "guard"), help="the model --probe loads")
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--commit", default=os.environ.get("TOKENGATE_COMMIT"), help="tokengate commit under test")
@@ -322,8 +323,9 @@ def main(argv=None) -> int:
         repo = step("planted_repo", lambda: str(make_planted_repo(work)))
         models = step("models", lambda: make_models(prof, args.device))
         if args.probe and models:
-            primary = next(m for m in models if m["model"] == next(s.name for s in prof.models if s.role == "primary"))
-            step("load_probe", lambda: load_probe(primary["path"], 4096, work))
+            name = next(s.name for s in prof.models if s.role == args.probe_role)
+            probed = next(m for m in models if m["model"] == name)
+            step("load_probe", lambda: {"model": name, **load_probe(probed["path"], 4096, work)})
         r = step("redis", lambda: start_redis(args.redis_server, out))
         if r is None or repo is None:
             return 1
