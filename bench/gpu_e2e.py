@@ -133,16 +133,30 @@ def start_redis(binary: str, workdir: Path) -> tuple[subprocess.Popen, str]:
 
 
 WORKER_SRC = """
-import sys
+import json, sys, time
 from worker.queue.app import configure, app
+from worker import pipeline
 configure(sys.argv[1])
 import worker.queue.tasks  # registers tokengate.evaluate
+
+_clock = pipeline.Evaluation._clock_phase
+
+
+def _logged(self, event, info):  # each phase as it starts, so a case cut short still says where it was
+    _clock(self, event, info)
+    if event != "step":
+        with open(sys.argv[2], "a") as f:
+            f.write(json.dumps({"eval_id": self.eval_id, "phase": event, "model": info.get("model"),
+                                "pair": info.get("pair"), "t": time.time()}) + "\\n")
+
+
+pipeline.Evaluation._clock_phase = _logged
 app.worker_main(["worker", "-Q", "gpu", "-P", "solo", "-c", "1", "--loglevel", "INFO", "-n", "gpu0@e2e"])
 """
 
 
 def start_worker(url: str, workdir: Path, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WORKER_SRC, url], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-c", WORKER_SRC, url, str(workdir / "phases.jsonl")], cwd=REPO, env=env,
                             stdout=open(workdir / "celery-worker.log", "wb"), stderr=subprocess.STDOUT)
 
 
@@ -237,6 +251,18 @@ def gate_noise(receipt: dict) -> dict:
 
 def phase_seconds(receipt: dict) -> list[dict]:
     return receipt.get("phases") or []
+
+
+def phases_log(out: Path, eval_prefix: str) -> list[dict]:
+    """The phases the worker started for one case (seconds = until the next one), from phases.jsonl."""
+    try:
+        rows = [json.loads(x) for x in (out / "phases.jsonl").read_text().splitlines() if x.strip()]
+    except OSError:
+        return []
+    rows = [r for r in rows if str(r.get("eval_id", "")).startswith(eval_prefix)]
+    for a, b in zip(rows, rows[1:]):
+        a["seconds"] = round(b["t"] - a["t"], 2)
+    return rows
 
 
 def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout: float) -> dict:
@@ -346,7 +372,8 @@ def main(argv=None) -> int:
                 receipt["cases"].append(run_case(app, name, Path(repo), settings, args.profile, i, timeout=left))
             except Exception as exc:  # noqa: BLE001
                 receipt["cases"].append({"case": name, "verdict": None, "ok": False,
-                                         "reason": f"{type(exc).__name__}: {exc}"})
+                                         "reason": f"{type(exc).__name__}: {exc}",
+                                         "phases_started": phases_log(out, f"e2e-{name}-")})
             c = receipt["cases"][-1]
             print(f"[e2e] {name}: {c.get('verdict')} (expected {c.get('expected')}) in {time.monotonic() - t:.0f} s",
                   flush=True)
