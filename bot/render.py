@@ -59,11 +59,19 @@ def duration(seconds: float | None) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
+def device_name(run) -> str:
+    """The GPU (or CPU) the run's result was measured on, from its receipt; "the worker" before one exists."""
+    host = ((run.result.receipt if run.result else None) or {}).get("host") or {}
+    gpu = (host.get("gpu") or {}).get("name")
+    gpu = gpu.get("value") if isinstance(gpu, dict) else gpu
+    return gpu or (f"CPU ({host['cpu_model']})" if host.get("cpu_model") else "the worker")
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration)
+    env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration, device_name=device_name)
     env.globals.update(Verdict=Verdict, EvalState=EvalState, InfraReason=InfraReason, icon=VERDICT_ICON,
                        verdict_label=verdict_label, marker=STICKY_MARKER)
     return env

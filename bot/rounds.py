@@ -19,6 +19,7 @@ from bot.github import publish
 from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundAction, RoundState, Trigger
 from bot.db.models import Evaluation, PullRequest, Repository, Round, utcnow
 from bot.service import Service
+from worker.config import MERGEABLE_PROFILES
 from worker.records import TIERS, Verdict
 
 WINNING = {v.value for v in TIERS}  # mixed / uncalibrated / withheld / none are never merged
@@ -46,15 +47,18 @@ class RoundPlan:
         return [head, *body, *tail]
 
 
-def candidates(session: Session, repo: Repository) -> list[tuple[PullRequest, Evaluation]]:
-    """Open PRs whose latest finished evaluation is of their current head with a positive tier, best first."""
+def candidates(session: Session, repo: Repository, production: bool = False) -> list[tuple[PullRequest, Evaluation]]:
+    """Open PRs whose latest finished evaluation is of their current head with a positive tier, best first.
+
+    In production only a GPU profile's verdict counts: a CPU `quick` tier never merges."""
     out = []
     for pr in session.scalars(select(PullRequest).where(PullRequest.repository_id == repo.id,
                                                         PullRequest.is_open.is_(True))):
         ev = session.scalar(select(Evaluation).where(Evaluation.pull_request_id == pr.id,
                                                      Evaluation.state == EvalState.DONE)
                             .order_by(Evaluation.id.desc()).limit(1))
-        if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup:
+        if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup \
+                and (not production or ev.profile in MERGEABLE_PROFILES):
             out.append((pr, ev))
     return sorted(out, key=lambda item: item[1].best_speedup, reverse=True)
 
@@ -72,7 +76,7 @@ def open_round(session: Session, repo: Repository, window_s: float) -> Round:
 def close_round(session: Session, service: Service, repo: Repository, dry_run: bool) -> RoundPlan:
     plan = RoundPlan(repo=repo.full_name, dry_run=dry_run)
     gh = service.gh_repo(repo)
-    contenders = candidates(session, repo)
+    contenders = candidates(session, repo, production=service.settings.environment == "production")
     winner: tuple[PullRequest, Evaluation] | None = None
     for pr, ev in contenders:
         live = gh.get_pull(pr.number)

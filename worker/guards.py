@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from worker import guard_math
 from worker.config import EvalSettings, ProfileSettings
 from worker.faults import infra
 from worker.harness.client import RevisionFault, RevisionProcess
@@ -134,6 +135,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
         prompts_long = []
         scores_note = (f"long prompt of {long_n} positions skipped: {long_n * vocab * 4 >> 20} MiB of logits per "
                        f"revision" if long_n else "no long prompt in this profile")
+    dev = guard_math.score_device(profile.device)
     for seed in profile.seeds:
         per = {r: [] for r in procs}
         mine = [(seed, p, profile.prompt_len) for p in range(profile.prompts_per_seed)]
@@ -146,10 +148,9 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 ref_lp = np.load(cache)
             else:
                 reference.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                ref_lp = _log_softmax(_logits(reference, key, t)).astype(np.float32)
+                ref_lp = guard_math.log_softmax(_logits(reference, key, t), dev)
                 np.save(cache, ref_lp)
-            ref_top = ref_lp.argmax(axis=-1)
-            ref_p = np.exp(ref_lp.astype(np.float64))
+            ref = guard_math.Reference(ref_lp, dev)
             for r, proc in procs.items():
                 proc.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
                 lg = _logits(proc, key, t)
@@ -159,8 +160,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 if np.all(lg == lg[..., :1]):
                     raise RevisionFault(r, "accuracy", "constant", f"logits for seed {seed} prompt {p} are constant")
                 scores[r].logits_digest.update(lg.tobytes())
-                kl = np.maximum((ref_p * (ref_lp.astype(np.float64) - _log_softmax(lg))).sum(axis=-1), 0.0)
-                per[r].append((float((lg.argmax(axis=-1) == ref_top).mean()), float(kl.mean()), float(kl.max())))
+                per[r].append(ref.compare(lg))
         for r in procs:
             vals = np.asarray(per[r])
             scores[r].seeds.append(SeedScore(seed, float(vals[:, 0].mean()), float(vals[:, 1].mean()),

@@ -56,17 +56,21 @@ def synth_path(synth: dict) -> Path:
     return cache_dir() / "models" / f"synth-{s['shape']}-{s['quant']}-seed{s.get('seed', 0)}.gguf"
 
 
-def make_synth(synth: dict, trusted_root: Path, timeout: float = 1800) -> Path:
-    """Make (once) the synthetic model with the deployed runtime's factory."""
+def make_synth(synth: dict, trusted_root: Path, timeout: float = 1800, device: str = "cpu") -> Path:
+    """Make (once per worker: the cache dir is its volume) the synthetic model with the deployed
+    runtime's factory; on a CUDA worker the factory quantizes on the GPU (9B: ~30 s instead of minutes)."""
     out = synth_path(synth)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     cmd = [sys.executable, "-c", "import sys, runtime.cli; sys.exit(runtime.cli.main(sys.argv[1:]))", "synth", "--shape", str(synth["shape"]),
-           "--quant", str(synth["quant"]), "--seed", str(synth.get("seed", 0)), "-o", str(tmp), "--quiet"]
+           "--quant", str(synth["quant"]), "--seed", str(synth.get("seed", 0)), "-o", str(tmp), "--quiet",
+           "--device", "cuda" if device.startswith("cuda") else "cpu"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(trusted_root),
-           "HOME": str(cache_dir())}
+           "HOME": str(cache_dir()),
+           **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+              if k in os.environ}}
     try:
         p = subprocess.run(cmd, cwd=trusted_root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -78,11 +82,11 @@ def make_synth(synth: dict, trusted_root: Path, timeout: float = 1800) -> Path:
     return out
 
 
-def resolve(spec: ModelSpec, trusted_root: Path) -> ResolvedModel:
+def resolve(spec: ModelSpec, trusted_root: Path, device: str = "cpu") -> ResolvedModel:
     if spec.path:
         path = Path(spec.path).expanduser()
         if not path.is_file():
             raise ModelError(f"model {spec.name}: {path} does not exist")
     else:
-        path = make_synth(spec.synth, trusted_root)
+        path = make_synth(spec.synth, trusted_root, device=device)
     return ResolvedModel(spec, path.resolve(), sha256_file(path))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
 from worker import models as model_files
-from worker import attribution, sandbox, telemetry
+from worker import attribution, compile_cache, sandbox, telemetry
 from worker import verdict as verdict_rules
 from worker.calibration import history, sentinel
 from worker.calibration.aa_store import AAStore
@@ -86,6 +86,7 @@ class ModelOutcome:
     receipt: dict = field(default_factory=dict)
     pair_deltas: dict[str, list[float]] = field(default_factory=dict)  # gate → log ratio of each process pair
     uncalibrated: dict[str, str] = field(default_factory=dict)  # "model gate" → why its null has no bound
+    memory_failures: list[str] = field(default_factory=list)
 
 
 def _check_protocol(role: str, hello: dict) -> None:
@@ -134,7 +135,19 @@ class Evaluation:
         if self._deadline is not None and time.monotonic() > self._deadline:
             raise infra(InfraKind.TIMEOUT, f"the evaluation ran past its {self.profile.eval_timeout_s:.0f} s limit "
                                            f"(at: {event} {info.get('model', '')})")
+        self._clock_phase(event, info)
         self._user_progress(event, **info)
+
+    def _clock_phase(self, event: str, info: dict) -> None:
+        """Per-phase wall times for the receipt: a phase lasts until the next progress event."""
+        if event == "step":
+            return
+        now = time.monotonic()
+        phases = self.__dict__.setdefault("_phases", [])
+        if phases:
+            phases[-1]["seconds"] = round(now - phases[-1].pop("_t0"), 3)
+        if event != "done":
+            phases.append({"phase": event, "model": info.get("model"), "pair": info.get("pair"), "_t0": now})
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -163,7 +176,7 @@ class Evaluation:
             revs = self.revs = {"base": base, "head": head}
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
             self.progress("models")
-            resolved = [model_files.resolve(spec, self.trusted_root) for spec in self.profile.models]
+            resolved = [model_files.resolve(spec, self.trusted_root, self.profile.device) for spec in self.profile.models]
             procs = self.make_procs(revs, [m.path for m in resolved])
             try:
                 with ExitStack() as stack:
@@ -202,6 +215,9 @@ class Evaluation:
         result.duration_s = round(time.monotonic() - t0, 3)
         receipt["duration_s"] = result.duration_s
         receipt["verdict"] = result.verdict.value
+        self._clock_phase("done", {})
+        receipt["phases"] = getattr(self, "_phases", [])
+        receipt["pair_load_seconds"] = getattr(self, "_pair_loads", [])
         result.receipt = receipt
         self._user_progress("done", verdict=result.verdict.value)
         return result
@@ -222,12 +238,24 @@ class Evaluation:
         d = self.workdir / "proc"
         # Imports and loads overlap on every allowed core; run_sweep pins base and head to the
         # profile's CPUs before timing anything. The reference is never timed.
-        return {
+        procs = {
             "base": RevisionProcess("base", revs["base"].root, d / "base", pin_at_start=False, **common),
             "head": RevisionProcess("head", revs["head"].root, d / "head", pin_at_start=False, **common),
             "reference": RevisionProcess("reference", self.trusted_root, d / "reference", pin_at_start=False,
                                          **common),
         }
+        keys = {"base": revs["base"].sha, "head": revs["head"].sha,
+                "reference": "trusted-" + reference_version(self.trusted_root)}
+        for role, proc in procs.items():
+            self._use_compile_cache(proc, keys[role])
+        return procs
+
+    @staticmethod
+    def _use_compile_cache(proc: RevisionProcess, key: str) -> None:
+        """Give the process its own revision's compile cache (worker/compile_cache.py): writable, per SHA."""
+        d = compile_cache.compile_cache_dir(key)
+        proc.writable = [*proc.writable, d]
+        proc.env_extra = {**proc.env_extra, **compile_cache.compile_cache_env(d)}
 
     @contextmanager
     def fresh_pair(self, revs: dict[str, Revision], spec: ModelSpec, path: Path, n: int,
@@ -250,7 +278,10 @@ class Evaluation:
                     procs[r].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
                                    backend=p.backend)
                 for r in order:
-                    got = procs[r].finish(phase="load", timeout=p.load_timeout_s)[0]["vocab_size"]
+                    resp, secs = procs[r].finish(phase="load", timeout=p.load_timeout_s)
+                    got = resp["vocab_size"]
+                    self.__dict__.setdefault("_pair_loads", []).append(
+                        {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3)})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
                 yield {r: procs[r] for r in ("base", "head")}
@@ -353,6 +384,7 @@ class Evaluation:
                                         "after measuring")
             checks.append(self._verify(sweeps[-1], gates, procs["reference"]))
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
+        self._judge_memory(spec, gates, sweeps[0], out)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -367,7 +399,35 @@ class Evaluation:
         p = self.profile
         return run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
-                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name))
+                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
+                         gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None)
+
+    def _gpu_bytes(self, proc: RevisionProcess) -> int | None:
+        """GPU memory of one revision's process tree, read by us (NVML), never by the revision."""
+        if proc.proc is None:
+            return None
+        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
+        return nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
+
+    def _judge_memory(self, spec: ModelSpec, gates: list[GateSpec], sweep, out: ModelOutcome) -> None:
+        """Memory gates: each gate's peak GPU memory, base vs head; a rise beyond the bound is a regression."""
+        s = self.settings
+        rows = {}
+        for g in gates:
+            b, h = sweep.gpu_memory.get(("base", g.context)), sweep.gpu_memory.get(("head", g.context))
+            row = {"base_peak_gpu_bytes": b, "head_peak_gpu_bytes": h, "bound": s.memory_bound,
+                   "slack_bytes": s.memory_slack_bytes, "regression": None}
+            if b is None or h is None:
+                row["reason"] = ("CPU evaluation" if not self.profile.device.startswith("cuda")
+                                 else "NVML reported no per-process GPU memory")
+            else:
+                row["regression"] = h > b * (1 + s.memory_bound) + s.memory_slack_bytes
+                if row["regression"]:
+                    out.memory_failures.append(
+                        f"{spec.name} {g.name} peak GPU memory {b / 2**30:.2f} → {h / 2**30:.2f} GiB "
+                        f"({(h - b) / b:+.0%}; bound +{s.memory_bound:.0%} + {s.memory_slack_bytes >> 20} MiB)")
+            rows[g.name] = row
+        out.receipt["gate_memory"] = rows
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
@@ -477,6 +537,7 @@ class Evaluation:
         if unseen and not ours.intersection(pids):
             # NVML speaks another PID namespace (the worker runs in a container): count instead.
             live = sum(1 for proc in procs.values() if proc.proc is not None)
+            live += _own_cuda_context()  # the guards' arithmetic (worker/guard_math.py) runs on our GPU
             if len(unseen) > live:
                 foreign += unseen
         if foreign:
@@ -559,7 +620,7 @@ class Evaluation:
     def decide(self, outcomes: dict[str, ModelOutcome]) -> EvalResult:
         gates = [g for o in outcomes.values() for g in o.gates]
         guards = [o.guard for o in outcomes.values() if o.guard]
-        d = verdict_rules.decide(gates, guards, [e for o in outcomes.values() for e in o.output_failures],
+        d = verdict_rules.decide(gates, guards, [e for o in outcomes.values() for e in o.output_failures + o.memory_failures],
                                  {k: v for o in outcomes.values() for k, v in o.uncalibrated.items()}, self.settings)
         r = self._base_result(d.verdict, d.summary)
         r.best_speedup, r.notes = d.best_speedup, list(d.notes or [])
@@ -586,6 +647,11 @@ class Evaluation:
             "config": {"profile_name": self.job.profile, "profile": self.profile.model_dump(),
                        "eval": self.settings.model_dump(exclude={"profiles"})},
         }
+
+
+def _own_cuda_context() -> int:
+    torch = sys.modules.get("torch")
+    return int(torch is not None and torch.cuda.is_initialized())
 
 
 def _merge_checks(checks: list[dict]) -> dict:

@@ -76,13 +76,15 @@ def scrubbed_env(scratch: Path, extra: dict[str, str] | None = None) -> dict[str
 
 @dataclass
 class SandboxSpec:
-    scratch: Path  # the only writable directory
+    scratch: Path  # writable, per process
     read_only: list[Path] = field(default_factory=list)  # must stay visible even if under a hidden path
     hide: list[Path] = field(default_factory=list)  # replaced by empty tmpfs (home, secrets)
     gpu: bool = False
     memory_limit_bytes: int | None = None
     cpus: set[int] | None = None  # CPU affinity; base and head share it so they meet the same contention
     env_extra: dict[str, str] = field(default_factory=dict)
+    # Further writable directories (the revision's own compile cache, worker/compile_cache.py).
+    writable: list[Path] = field(default_factory=list)
 
 
 def wrap_argv(argv: list[str], spec: SandboxSpec, iso: Isolation) -> list[str]:
@@ -94,6 +96,8 @@ def wrap_argv(argv: list[str], spec: SandboxSpec, iso: Isolation) -> list[str]:
                 w += ["--tmpfs", str(h)]
         for p in spec.read_only:
             w += ["--ro-bind", str(p), str(p)]
+        for p in spec.writable:
+            w += ["--bind", str(p), str(p)]
         w += ["--bind", str(spec.scratch), str(spec.scratch), "--chdir", str(spec.scratch),
               "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--"]
         return w + argv

@@ -94,3 +94,26 @@ def test_moved_base_means_reevaluation_not_merge(settings, celery_worker, github
     assert {e.base_sha for e in evaluations()[3:]} == {new_main}
     plan = close(dry_run=False)
     assert plan.winner == 3
+
+
+def test_production_round_counts_only_gpu_profiles(settings):
+    """A CPU `quick` tier (tiny model, shared core) never merges in production; elsewhere it may (demo)."""
+    from bot.db.models import Evaluation, PullRequest
+    from bot.enums import EvalState, Trigger
+    from bot.rounds import candidates
+
+    with session_scope() as s:
+        repo = Repository(id=99, full_name="o/gpu")
+        s.add(repo)
+        s.flush()
+        for number, profile, speedup in ((1, "quick", 0.60), (2, "standard", 0.10), (3, "full", 0.05)):
+            pr = PullRequest(repository_id=repo.id, number=number, author_login="a", head_sha=f"{number}" * 40,
+                             head_ref=f"b{number}", base_ref="main", base_sha="0" * 40)
+            s.add(pr)
+            s.flush()
+            s.add(Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref="main",
+                             state=EvalState.DONE, trigger=Trigger.AUTO, profile=profile, verdict="M",
+                             best_speedup=speedup))
+        s.flush()
+        assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [2, 3]
+        assert [pr.number for pr, _ in candidates(s, repo, production=False)] == [1, 2, 3]

@@ -59,6 +59,10 @@ class Sweep:
     samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
     checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
     idle_cpu_s: dict[str, float] = field(default_factory=dict)
+    # (role, context) → GPU bytes the parent read (NVML, per process tree) after the first run at that
+    # context; contexts run in ascending order then, and the allocator keeps what it reserved, so
+    # this is the peak up to that context (a peak shorter than one request can be missed).
+    gpu_memory: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
     def values(self, role: str, gate: str) -> list[float]:
         return [s.value for s in self.samples.get((role, gate), [])]
@@ -80,6 +84,18 @@ def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
 
 def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
              key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+    """_measure_at, with a fault that names the context that did not fit or finish."""
+    try:
+        return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock)
+    except RevisionFault as f:
+        gates = ", ".join(g.name for g in (prefill_gate, decode_gate) if g is not None)
+        f.detail = f"at context {context} ({gates}): {f.detail}"
+        f.args = (f"{f.role} {f.phase}: {f.kind}: {f.detail}",)
+        raise
+
+
+def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
+                key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
     """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
 
     The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
@@ -102,7 +118,7 @@ def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None,
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
-              clock: str = "wall", on_step=None) -> Sweep:
+              clock: str = "wall", on_step=None, gpu_memory=None) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
@@ -131,11 +147,16 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
         return _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
                         timeout, phase, clock)
 
+    def read_memory(r, c):  # the first round only: see Sweep.gpu_memory
+        if gpu_memory is not None and (r, c) not in sweep.gpu_memory:
+            sweep.gpu_memory[(r, c)] = gpu_memory(procs[r])
+
     for rep in range(-warmup, 0):
         for c in contexts:
             for r in roles:
                 for i in range(inner):
                     measure(r, c, rep, i, "warmup")
+                read_memory(r, c)
     idle_cpu = {r: 0.0 for r in roles}  # CPU a revision used while the other one was being timed
     window = {r: 0.0 for r in roles}
     for rep in range(pairs):
@@ -148,6 +169,8 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                     c0 = other.cpu_seconds()
                     samples = measure(r, c, rep, i, "measure")
                     c1 = other.cpu_seconds()
+                    if i == inner - 1:
+                        read_memory(r, c)
                     if c0 is not None and c1 is not None:
                         idle_cpu[other.role] += c1 - c0
                     for s in samples:

@@ -52,6 +52,7 @@ class RevisionProcess:
     hide: list[Path] = field(default_factory=list)
     read_only: list[Path] = field(default_factory=list)
     env_extra: dict[str, str] = field(default_factory=dict)
+    writable: list[Path] = field(default_factory=list)  # beyond its scratch (its compile cache)
     secrets: list[str] = field(default_factory=list)  # values redacted from any log tail we return
 
     def __post_init__(self):
@@ -80,7 +81,8 @@ class RevisionProcess:
         r, w = os.pipe()
         spec = sandbox.SandboxSpec(
             scratch=self.scratch, read_only=[self.root, driver_dir, *self.read_only], hide=self.hide,
-            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra)
+            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra,
+            writable=self.writable)
         argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w)]
         try:
             self.proc = sandbox.spawn(argv, spec, pass_fds=(w,), log_path=self.log_path)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from worker.queue.app import EVALUATE_TASK, app
-from worker.config import EvalSettings
+from worker.config import EvalSettings, gpu_default_profile
 from worker.paths import cache_dir
 from worker.records import EvalResult, InfraKind, Verdict
 
@@ -29,6 +29,11 @@ _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE", "_KEY", "DATABASE_URL
 def worker_device() -> str | None:
     """The device this worker owns (TOKENGATE_DEVICE, read when a task runs), or None = the profile's."""
     return os.environ.get("TOKENGATE_DEVICE") or None
+
+
+def default_profile(settings: EvalSettings) -> str:
+    """A job that names no profile: `standard` on a GPU worker, the settings' profile otherwise."""
+    return gpu_default_profile() if (worker_device() or "").startswith("cuda") else settings.profile
 
 
 def trusted_root() -> Path | None:
@@ -97,8 +102,8 @@ def run_job(job: dict) -> dict:
     if cached and cached.get("verdict") != Verdict.INFRA.value:
         cached.setdefault("receipt", {})["reused_from_cache"] = True
         return cached
-    j = Job.from_dict({**job, "eval_id": str(job["eval_id"]) if job.get("eval_id") is not None else None})
-    j.profile = j.profile or settings.profile
+    j = Job.from_dict({**job, "eval_id": str(job["eval_id"]) if job.get("eval_id") is not None else None,
+                       "profile": job.get("profile") or default_profile(settings)})
     j.device = j.device or worker_device()
     try:
         ev = Evaluation(j, settings, trusted_root=trusted_root(), secrets=_secrets())
