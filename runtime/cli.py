@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .config import SHAPES
 
-BIG_SHAPES = {"0.8b", "2b", "4b", "9b", "27b"}
+BIG_SHAPES = {"0.8b", "2b", "4b", "9b", "27b", "35b-a3b"}
 
 
 def _err(msg: str) -> int:

@@ -1,12 +1,13 @@
-"""Qwen3.5 (`qwen35`) model hyper-parameters and the named shapes we synthesise.
+"""Qwen3.5 (`qwen35`) and Qwen3.5-MoE (`qwen35moe`) hyper-parameters and the named shapes we synthesise.
 
-Numbers follow docs: docs/qwen35-architecture.md §2 and §8.2.
+Numbers follow docs: docs/qwen35-architecture.md §2, §8.2 and §13 (the MoE sibling).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
 ARCH = "qwen35"
+MOE_ARCH = "qwen35moe"  # same stack, the FFN replaced by routed experts + one gated shared expert
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +64,49 @@ class ModelConfig:
     def deltanet_layers(self) -> list[int]:
         return [i for i in range(self.n_layers) if not self.is_attention(i)]
 
+    @property
+    def arch(self) -> str:
+        """general.architecture of a GGUF of this config (also the metadata key prefix)."""
+        return ARCH
+
+    @property
+    def is_moe(self) -> bool:
+        return False
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
+        if cls is ModelConfig and d.get("n_expert"):
+            return MoeConfig(**d)
         return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class MoeConfig(ModelConfig):
+    """qwen35moe: every layer's FFN is `n_expert` routed SwiGLU experts of width `d_ffn_exp` (softmax
+    router over all experts, top `n_expert_used`, weights renormalised) plus one shared SwiGLU expert
+    of width `d_ffn_shexp` scaled by sigmoid(ffn_gate_inp_shexp · x). `d_ffn` is the shared width."""
+
+    n_expert: int = 0
+    n_expert_used: int = 0
+    d_ffn_exp: int = 0
+    d_ffn_shexp: int = 0
+
+    def __post_init__(self):
+        if not 1 <= self.n_expert_used <= self.n_expert:
+            raise ValueError(f"MoE config: need 1 <= n_expert_used ({self.n_expert_used}) <= n_expert ({self.n_expert})")
+        if self.d_ffn_exp < 1 or self.d_ffn_shexp < 1:
+            raise ValueError(f"MoE config: expert widths must be positive ({self.d_ffn_exp}, {self.d_ffn_shexp})")
+
+    @property
+    def arch(self) -> str:
+        return MOE_ARCH
+
+    @property
+    def is_moe(self) -> bool:
+        return True
 
 
 # Real shapes (§2.1). 2B's linear heads are inferred (16/16) in the reference doc.
@@ -83,6 +121,13 @@ SHAPES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         8, 256, 512, 4096, 2, 1, 2, 4, tied_embeddings=False, context_length=8192, name="tiny"
     ),
+    # §13: 40 layers (10 attention), d 2048, Hq 16 / Hkv 2, Hk 16 / Hv 32, 256 experts of width 512,
+    # top-8, one shared expert of width 512, untied head.
+    "35b-a3b": MoeConfig(40, 2048, 512, 248320, 16, 2, 16, 32, tied_embeddings=False, name="35b-a3b",
+                         n_expert=256, n_expert_used=8, d_ffn_exp=512, d_ffn_shexp=512),
+    # The MoE at CPU-test size: 1 attention + 3 DeltaNet layers, 16 experts of width 256, top-4.
+    "tiny-moe": MoeConfig(4, 256, 256, 4096, 2, 1, 2, 4, tied_embeddings=False, context_length=8192,
+                          name="tiny-moe", n_expert=16, n_expert_used=4, d_ffn_exp=256, d_ffn_shexp=256),
 }
 
 

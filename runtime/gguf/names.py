@@ -1,4 +1,8 @@
-"""The tensor names and shapes a qwen35 model consists of (architecture reference §8.3)."""
+"""The tensor names and shapes a qwen35 / qwen35moe model consists of (architecture reference §8.3, §13).
+
+MoE names and layouts are llama.cpp's (src/llama-arch.cpp, qwen35moe load_arch_tensors): the routed
+experts are 3-D stacks, torch order [n_expert, out, in] (GGUF ne {in, out, n_expert}).
+"""
 from __future__ import annotations
 
 from ..config import ModelConfig
@@ -31,7 +35,25 @@ def expected_tensors(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             out[p + "ssm_norm.weight"] = (c.ssm_head_dim,)
             out[p + "ssm_out.weight"] = (d, c.value_dim)
         out[p + "post_attention_norm.weight"] = (d,)
-        out[p + "ffn_gate.weight"] = (c.d_ffn, d)
-        out[p + "ffn_up.weight"] = (c.d_ffn, d)
-        out[p + "ffn_down.weight"] = (d, c.d_ffn)
+        if cfg.is_moe:
+            out.update(moe_tensors(cfg, i))
+        else:
+            out[p + "ffn_gate.weight"] = (c.d_ffn, d)
+            out[p + "ffn_up.weight"] = (c.d_ffn, d)
+            out[p + "ffn_down.weight"] = (d, c.d_ffn)
     return out
+
+
+def moe_tensors(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
+    """Layer i's MoE FFN: router, stacked routed experts, shared expert and its scalar gate."""
+    d, e, fe, fs, p = cfg.d_model, cfg.n_expert, cfg.d_ffn_exp, cfg.d_ffn_shexp, f"blk.{i}."
+    return {
+        p + "ffn_gate_inp.weight": (e, d),  # router logits
+        p + "ffn_gate_exps.weight": (e, fe, d),
+        p + "ffn_up_exps.weight": (e, fe, d),
+        p + "ffn_down_exps.weight": (e, d, fe),
+        p + "ffn_gate_inp_shexp.weight": (d,),  # one logit per token; llama.cpp also accepts [1, d]
+        p + "ffn_gate_shexp.weight": (fs, d),
+        p + "ffn_up_shexp.weight": (fs, d),
+        p + "ffn_down_shexp.weight": (d, fs),
+    }

@@ -1,4 +1,4 @@
-"""Open a `qwen35` GGUF file, memory-mapped, and validate everything the model needs.
+"""Open a `qwen35` or `qwen35moe` GGUF file, memory-mapped, and validate everything the model needs.
 
 Every problem surfaces as one `GGUFError` whose message names the file and the fault;
 nothing from deep inside numpy or the `gguf` package escapes.
@@ -6,12 +6,12 @@ nothing from deep inside numpy or the `gguf` package escapes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ..config import ARCH, ModelConfig
+from ..config import ARCH, MOE_ARCH, ModelConfig, MoeConfig
 from . import names
 from .types import GGMLType, SUPPORTED_TYPES, tensor_nbytes
 
@@ -152,11 +152,47 @@ def _float(meta: dict, key: str, path: Path) -> float:
     return float(value)
 
 
+ARCHS = (ARCH, MOE_ARCH)
+
+
+def _moe_fields(meta: dict, path: Path) -> dict:
+    """The expert keys of a qwen35moe file, with llama.cpp's fallbacks (qwen35moe load_arch_hparams)."""
+    k = lambda key, **kw: _int(meta, f"{MOE_ARCH}.{key}", path, **kw)  # noqa: E731
+    n_expert, n_used = k("expert_count"), k("expert_used_count")
+    if n_used > n_expert:
+        raise GGUFError(f"{path}: expert_used_count {n_used} exceeds expert_count {n_expert}")
+    n_ff = meta.get(f"{MOE_ARCH}.feed_forward_length")
+    n_ff = _int(meta, f"{MOE_ARCH}.feed_forward_length", path) if n_ff is not None else None
+    exp_key, sh_key = f"{MOE_ARCH}.expert_feed_forward_length", f"{MOE_ARCH}.expert_shared_feed_forward_length"
+    if exp_key in meta:
+        d_exp = _int(meta, exp_key, path)
+    elif n_ff is not None:
+        d_exp = n_ff // n_used  # llama.cpp: n_ff / n_expert_used when the key is absent
+    else:
+        raise GGUFError(f"{path}: missing metadata key {exp_key!r} (and no feed_forward_length to derive it)")
+    if sh_key in meta:
+        d_sh = _int(meta, sh_key, path)
+    elif n_ff is not None:
+        d_sh = n_ff
+    else:
+        raise GGUFError(f"{path}: missing metadata key {sh_key!r} (and no feed_forward_length to derive it)")
+    # The qwen35moe graph hard-codes softmax gating and renormalised top-k; a file asking otherwise
+    # would silently run differently here, so refuse it.
+    scale = meta.get(f"{MOE_ARCH}.expert_weights_scale")
+    if scale is not None and float(scale) not in (0.0, 1.0):
+        raise GGUFError(f"{path}: expert_weights_scale {scale} is not supported (expected none, 0 or 1)")
+    gating = meta.get(f"{MOE_ARCH}.expert_gating_func")
+    if gating is not None and int(gating) != 1:
+        raise GGUFError(f"{path}: expert_gating_func {gating} is not supported (qwen35moe routes with softmax = 1)")
+    return {"n_expert": n_expert, "n_expert_used": n_used, "d_ffn_exp": d_exp, "d_ffn_shexp": d_sh,
+            "d_ffn": n_ff if n_ff is not None else d_sh}
+
+
 def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> ModelConfig:
     arch = meta.get("general.architecture")
-    if arch != ARCH:
-        raise GGUFError(f"{path}: architecture is {arch!r}, expected {ARCH!r}")
-    k = lambda key, **kw: _int(meta, f"{ARCH}.{key}", path, **kw)  # noqa: E731
+    if arch not in ARCHS:
+        raise GGUFError(f"{path}: architecture is {arch!r}, expected {ARCH!r} or {MOE_ARCH!r}")
+    k = lambda key, **kw: _int(meta, f"{arch}.{key}", path, **kw)  # noqa: E731
     n_blocks = k("block_count")
     n_layers = n_blocks - k("nextn_predict_layers", minimum=0, default=0)  # §8.6
     if n_layers < 1:
@@ -171,14 +207,16 @@ def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> Mode
     key_len, val_len = k("attention.key_length"), k("attention.value_length")
     if key_len != val_len:
         raise GGUFError(f"{path}: attention.key_length {key_len} != value_length {val_len}")
-    vocab = meta.get(f"{ARCH}.vocab_size")
+    vocab = meta.get(f"{arch}.vocab_size")
     if vocab is None:
         tokens = meta.get("tokenizer.ggml.tokens")
         vocab = len(tokens) if tokens is not None else None
-    return ModelConfig(
+    moe = _moe_fields(meta, path) if arch == MOE_ARCH else {}
+    kind = MoeConfig if moe else ModelConfig
+    return kind(
         n_layers=n_layers,
         d_model=k("embedding_length"),
-        d_ffn=k("feed_forward_length"),
+        d_ffn=moe.pop("d_ffn") if moe else k("feed_forward_length"),
         vocab_size=int(vocab) if vocab is not None else -1,  # fixed up from token_embd below
         n_head=k("attention.head_count"),
         n_kv_head=k("attention.head_count_kv"),
@@ -188,17 +226,18 @@ def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> Mode
         ssm_head_dim=d_state,
         conv_kernel=k("ssm.conv_kernel"),
         rope_dims=k("rope.dimension_count", minimum=0),
-        rope_base=_float(meta, f"{ARCH}.rope.freq_base", path),
-        rms_eps=_float(meta, f"{ARCH}.attention.layer_norm_rms_epsilon", path),
+        rope_base=_float(meta, f"{arch}.rope.freq_base", path),
+        rms_eps=_float(meta, f"{arch}.attention.layer_norm_rms_epsilon", path),
         full_attention_interval=k("full_attention_interval", default=4),
         tied_embeddings="output.weight" not in tensor_names,
         context_length=k("context_length", default=262144),
         name=str(meta.get("general.name", "gguf")),
+        **moe,
     )
 
 
 def load_gguf(path: str | os.PathLike) -> GGUFModel:
-    """Open and validate a qwen35 GGUF. Raises GGUFError naming the first problem found."""
+    """Open and validate a qwen35 / qwen35moe GGUF. Raises GGUFError naming the first problem found."""
     path = Path(path)
     reader = _open(path)
     meta = {name: _field_value(f) for name, f in reader.fields.items() if not name.startswith("GGUF.")}
@@ -211,7 +250,7 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
         raise GGUFError(f"{path}: missing tensor 'token_embd.weight'")
     vocab_from_tensor = int(emb.shape[1]) if len(emb.shape) > 1 else -1
     if cfg.vocab_size in (-1, None) or cfg.vocab_size != vocab_from_tensor:
-        cfg = ModelConfig(**{**cfg.to_dict(), "vocab_size": vocab_from_tensor})
+        cfg = replace(cfg, vocab_size=vocab_from_tensor)
 
     tensors: dict[str, QTensor] = {}
     for name, want_shape in names.expected_tensors(cfg).items():
@@ -229,6 +268,8 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
                 + ", ".join(x.name for x in SUPPORTED_TYPES)
             )
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+        if name.endswith("ffn_gate_inp_shexp.weight") and shape == (1, *want_shape):
+            shape = want_shape  # convert_hf_to_gguf keeps HF's [1, d]; llama.cpp reads it as [d]
         if shape != want_shape:
             raise GGUFError(f"{path}: tensor {name!r} has shape {list(shape)}, expected {list(want_shape)}")
         need = tensor_nbytes(ttype, shape)

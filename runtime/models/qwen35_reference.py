@@ -1,4 +1,4 @@
-"""Qwen3.5 (`qwen35`) fp32 reference forward in pure torch, in forward order.
+"""Qwen3.5 (`qwen35`, and the MoE sibling `qwen35moe`) fp32 reference forward in pure torch, in forward order.
 
 This is the model every other backend is measured against (docs/protocol.md), so it
 favours plain maths over speed. Section numbers refer to the architecture reference
@@ -22,6 +22,7 @@ from ..config import ModelConfig
 from ..gguf import GGUFModel, load_gguf
 from ..gguf.names import expected_tensors
 from .attention_ref import apply_rope_ref, attention_ref, rms_norm_ref, rope_cos_sin
+from .moe_ref import moe_ffn_ref
 from .deltanet_ref import (
     causal_conv1d_ref,
     gated_delta_rule_chunked,
@@ -148,6 +149,7 @@ class Qwen35Reference:
         self.device = torch.device(device)
         self.w = check_weights(cfg, tensors, self.device)
         self.lm_head = self.w["token_embd.weight"] if cfg.tied_embeddings else self.w["output.weight"]
+        self.routes: list[torch.Tensor] | None = None  # set to [] to record each MoE layer's top-k ids [T, k]
 
     @classmethod
     def from_gguf(cls, model: GGUFModel | str | os.PathLike, device="cpu") -> "Qwen35Reference":
@@ -247,8 +249,13 @@ class Qwen35Reference:
         o = o * torch.sigmoid(gate)
         return F.linear(o.reshape(T, hq * dh), w[p + "attn_output.weight"])
 
-    # SwiGLU FFN (§6): f [T, d] -> [T, d]
+    # SwiGLU FFN (§6), or the routed + shared experts (§13): f [T, d] -> [T, d]
     def _ffn(self, p: str, f: torch.Tensor) -> torch.Tensor:
         w = self.w
+        if self.cfg.is_moe:
+            out, ids = moe_ffn_ref(f, w, p, self.cfg.n_expert_used)
+            if self.routes is not None:
+                self.routes.append(ids)
+            return out
         hidden = F.silu(F.linear(f, w[p + "ffn_gate.weight"])) * F.linear(f, w[p + "ffn_up.weight"])  # [T, F]
         return F.linear(hidden, w[p + "ffn_down.weight"])

@@ -31,17 +31,25 @@ def _shape_of(name: str, cfg: ModelConfig) -> tuple[int, ...]:
     try:
         return _shapes(cfg)[name]
     except KeyError:
-        raise ValueError(f"{name!r} is not a tensor of a qwen35 model with this config") from None
+        raise ValueError(f"{name!r} is not a tensor of a {cfg.arch} model with this config") from None
 
 
 def is_quantizable(name: str, shape: tuple[int, ...]) -> bool:
-    """llama-quantize's rule: 2-D+ tensors named *weight, except norms and the GDN conv."""
+    """llama-quantize's rule: 2-D+ tensors named *weight, except norms, the GDN conv and the MoE router
+    (`ffn_gate_inp`; convert_hf_to_gguf also keeps it and the 1-D shared-expert gate in F32)."""
     return (
         name.endswith("weight")
         and len(shape) >= 2
         and "_norm.weight" not in name
         and "ssm_conv1d.weight" not in name
+        and "ffn_gate_inp.weight" not in name
     )
+
+
+# ffn_down-like tensors: llama-quantize's category is "name contains ffn_down", so the routed and the
+# shared experts' down projections of a qwen35moe layer both take the layer's Q6_K upgrade (for an
+# MoE the layer comes from the name, not a counter).
+_FFN_DOWN = ("ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight")
 
 
 def use_more_bits(i_layer: int, n_layers: int) -> bool:
@@ -77,7 +85,7 @@ def q4_k_m_type(name: str, cfg: ModelConfig) -> GGMLType:
     is_output = name == "output.weight" or (cfg.tied_embeddings and name == "token_embd.weight")
     if is_output:
         gtype = GGMLType.Q6_K
-    elif name.endswith("attn_v.weight") or name.endswith("attn_qkv.weight") or name.endswith("ffn_down.weight"):
+    elif name.endswith("attn_v.weight") or name.endswith("attn_qkv.weight") or name.endswith(_FFN_DOWN):
         # llama.cpp counts attn_v-like (attn_v + attn_qkv) and ffn_down tensors in file order;
         # a qwen35 layer has exactly one of each, so the counter is the layer index.
         more = use_more_bits(_layer_index(name), cfg.n_layers)

@@ -1,4 +1,4 @@
-"""Synthesise a qwen35 GGUF: plan → metadata + vocabulary → stream every tensor through
+"""Synthesise a qwen35 / qwen35moe GGUF: plan → metadata + vocabulary → stream every tensor through
 init → quantize → write (stream.py makes the chunks on a thread pool, in file order).
 Same (shape, quant, seed) → same bytes, whatever the number of workers."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ARCH, ModelConfig, shape as named_shape
+from ..config import ModelConfig, shape as named_shape
 from ..gguf.types import GGMLType
 from ..gguf.writer import MetaValue, TensorSpec, file_sha256, planned_file_nbytes, write_gguf
 from . import init as synth_init
@@ -33,18 +33,24 @@ def _size_label(n_params: int) -> str:
 
 
 def metadata(cfg: ModelConfig, quant: str, vocab: Vocab, seed: int, n_params: int) -> list[MetaValue]:
-    """Every key llama.cpp's qwen35 loader reads (§8.2), general.*, and the tokenizer."""
-    p = ARCH + "."
+    """Every key llama.cpp's qwen35 / qwen35moe loader reads (§8.2, §13), general.*, and the tokenizer."""
+    p = cfg.arch + "."
     u32 = lambda k, v: MetaValue(k, int(v), "UINT32")  # noqa: E731
     f32 = lambda k, v: MetaValue(k, float(v), "FLOAT32")  # noqa: E731
+    if cfg.is_moe:  # no feed_forward_length: llama.cpp's qwen35moe reads the two expert widths
+        ffn = [u32(p + "expert_count", cfg.n_expert), u32(p + "expert_used_count", cfg.n_expert_used),
+               u32(p + "expert_feed_forward_length", cfg.d_ffn_exp),
+               u32(p + "expert_shared_feed_forward_length", cfg.d_ffn_shexp)]
+    else:
+        ffn = [u32(p + "feed_forward_length", cfg.d_ffn)]
     return [
         MetaValue("general.type", "model", "STRING"),
-        MetaValue("general.name", f"tokengate-synthetic-qwen35-{cfg.name}-seed{seed}", "STRING"),
+        MetaValue("general.name", f"tokengate-synthetic-{cfg.arch}-{cfg.name}-seed{seed}", "STRING"),
         MetaValue("general.size_label", _size_label(n_params), "STRING"),
         u32(p + "block_count", cfg.n_layers),
         u32(p + "context_length", cfg.context_length),
         u32(p + "embedding_length", cfg.d_model),
-        u32(p + "feed_forward_length", cfg.d_ffn),
+        *ffn,
         u32(p + "attention.head_count", cfg.n_head),
         u32(p + "attention.head_count_kv", cfg.n_kv_head),
         MetaValue(p + "rope.dimension_sections", [11, 11, 10, 0], "ARRAY", "INT32"),
@@ -90,7 +96,7 @@ class SynthPlan:
         return sum(int(np.prod(t.shape)) for t in self.tensors)
 
     def file_nbytes(self) -> int:
-        return planned_file_nbytes(ARCH, self.metadata, self.tensors)
+        return planned_file_nbytes(self.cfg.arch, self.metadata, self.tensors)
 
 
 def make_plan(shape: str | ModelConfig, quant: str, seed: int = 0) -> SynthPlan:
@@ -143,7 +149,7 @@ def synthesize(
     p = make_plan(shape, quant, seed)
     stream = ChunkStream(p.tensors, p.cfg, seed, spec, device, workers=workers, inflight_bytes=inflight_bytes)
     try:
-        path = write_gguf(out, ARCH, p.metadata, p.tensors, stream.pieces, on_tensor=on_tensor)
+        path = write_gguf(out, p.cfg.arch, p.metadata, p.tensors, stream.pieces, on_tensor=on_tensor)
     finally:
         stream.close()
     t_written = time.perf_counter()

@@ -27,6 +27,11 @@ ordinary random layers:
   projections N(0, bg²/(fan_in·2L)), GDN gates/decays drawn like the upstream initialiser.
   They perturb the logits with context-dependent noise as real layers do.
 
+* **MoE (qwen35moe).** The bigram map of layer 0 goes through the shared expert (a rank-min(F, d)
+  projection of it when the shared width F < d), its sigmoid gate held near 1 through the bias
+  channel; the routed experts are background layers whose router has per-expert popularities
+  (hot experts) plus a token-dependent part (see InitSpec.router_hot / router_spread).
+
 All dense structured matrices are rotated by random orthonormal bases, so every quantized
 tensor looks Gaussian-like to the quantizers.  Every tensor is a deterministic function of
 (seed, tensor name); random numbers are drawn on the CPU so bytes do not depend on the device.
@@ -68,6 +73,12 @@ class InitSpec:
     logit_std: float = 4.0  # sets the output_norm gain
     jitter: float = 0.05  # random admixture to structured rows (keeps them Gaussian-like)
     untied_noise: float = 0.1  # output.weight = token_embd + this much noise (untied shapes)
+    # MoE router (qwen35moe): logit of expert e = popularity_e + a token-dependent part. A trained
+    # router is neither uniform nor collapsed: a few experts are hot for most tokens, the choice still
+    # depends on the token. router_hot = std of the per-expert popularity (via the bias channel),
+    # router_spread = std of the token-dependent logits (normed input of rms 1).
+    router_hot: float = 1.0
+    router_spread: float = 1.5
 
 
 DEFAULT = InitSpec()
@@ -214,11 +225,25 @@ def _is_embedding(name: str) -> bool:
     return name in ("token_embd.weight", "output.weight")
 
 
+def is_expert_stack(name: str) -> bool:
+    """A 3-D [n_expert, out, in] stack of routed experts (made in chunks of whole experts)."""
+    return name.endswith("_exps.weight")
+
+
+def experts_per_chunk(shape: tuple[int, ...]) -> int:
+    return max(1, CHUNK_ELEMS // (shape[1] * shape[2]))
+
+
+def chunk_rows(name: str, shape: tuple[int, ...], spec: InitSpec = DEFAULT) -> int:
+    """Leading-dim rows (embedding rows, or experts) per chunk of a chunked tensor."""
+    return experts_per_chunk(shape) if is_expert_stack(name) else rows_per_chunk(shape, spec.orbit)
+
+
 def chunk_count(name: str, shape: tuple[int, ...], spec: InitSpec = DEFAULT) -> int:
     """How many row chunks `generate` yields for `name` (each one can be made on its own)."""
-    if not _is_embedding(name):
+    if not (_is_embedding(name) or is_expert_stack(name)):
         return 1
-    return -(-shape[0] // rows_per_chunk(shape, spec.orbit))
+    return -(-shape[0] // chunk_rows(name, shape, spec))
 
 
 def generate_chunk(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, spec: InitSpec, index: int) -> torch.Tensor:
@@ -230,6 +255,10 @@ def generate_chunk(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: in
         if name == "output.weight":
             e = e + randn(seed, f"output:{s}", *e.shape) * spec.untied_noise
         return e
+    if is_expert_stack(name):
+        step = experts_per_chunk(shape)
+        e0 = index * step
+        return _expert_rows(name, shape, cfg, seed, spec, e0, min(e0 + step, shape[0]))
     assert index == 0, f"{name} is made in one piece"
     if name == "output_norm.weight":
         return torch.full(shape, gains(cfg, spec).final)
@@ -254,7 +283,8 @@ def uses_basis(name: str, cfg: ModelConfig) -> bool:
         return False
     i, leaf = int(name.split(".")[1]), name.split(".", 2)[2]
     r = roles(cfg)
-    if i == r["bigram_ffn"] and leaf in ("ffn_up.weight", "ffn_down.weight"):
+    if i == r["bigram_ffn"] and leaf in ("ffn_up.weight", "ffn_down.weight", "ffn_up_shexp.weight",
+                                         "ffn_down_shexp.weight"):
         return True
     if i in (r["recent_gdn"], r["field_gdn"]) and leaf in ("attn_qkv.weight", "ssm_out.weight"):
         return True
@@ -266,7 +296,11 @@ def _layer_tensor(i: int, leaf: str, shape, cfg: ModelConfig, seed: int, spec: I
     r = roles(cfg)
     if leaf in ("attn_norm.weight", "post_attention_norm.weight"):
         return torch.ones(shape)
-    if i == r["bigram_ffn"] and leaf.startswith("ffn_"):
+    if leaf in ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight"):
+        return _router(i, leaf, shape, cfg, seed, spec)
+    if i == r["bigram_ffn"] and leaf in _SHEXP:
+        return _bigram_ffn(i, _SHEXP[leaf], cfg, seed, spec, width=cfg.d_ffn_shexp, gate=_shexp_gate_value())
+    if i == r["bigram_ffn"] and leaf.startswith("ffn_") and not cfg.is_moe:
         return _bigram_ffn(i, leaf, cfg, seed, spec)
     if i == r["recent_gdn"] and not leaf.startswith("ffn_"):
         g = gains(cfg, spec)
@@ -290,15 +324,18 @@ def _background(i, leaf, shape, cfg: ModelConfig, seed, spec) -> torch.Tensor:
     if leaf == "ssm_dt.bias":  # inverse softplus of dt ~ logU[1e-3, 1e-1]
         dt = torch.exp(math.log(1e-3) + rand(seed, key, *shape) * (math.log(1e-1) - math.log(1e-3)))
         return dt + torch.log(-torch.expm1(-dt))
-    out_proj = leaf in ("attn_output.weight", "ssm_out.weight", "ffn_down.weight")
+    out_proj = leaf in ("attn_output.weight", "ssm_out.weight", "ffn_down.weight", "ffn_down_shexp.weight")
     fan_in = shape[-1]
     std = _out_std(cfg, fan_in, spec) if out_proj else 1 / math.sqrt(fan_in)
     return randn(seed, key, *shape) * std
 
 
-def _bigram_ffn(i, leaf, cfg: ModelConfig, seed, spec) -> torch.Tensor:
-    """SwiGLU with a constant gate: down·(silu(c)·up·x) = (g·P − cancel·I) x on coordinates ≠ BIAS."""
-    d, f = cfg.d_model, cfg.d_ffn
+def _bigram_ffn(i, leaf, cfg: ModelConfig, seed, spec, *, width: int | None = None, gate: float = 1.0) -> torch.Tensor:
+    """SwiGLU with a constant gate: down·(silu(c)·up·x) = (g·P − cancel·I) x on coordinates ≠ BIAS.
+
+    `width` < d makes it the map restricted to a random width-dim subspace; `gate` is a constant
+    factor the output is multiplied by afterwards (the MoE shared expert's sigmoid gate), undone here."""
+    d, f = cfg.d_model, cfg.d_ffn if width is None else width
     gate_pre = 4.0  # silu(4) ≈ 3.93: gate value, nearly linear region irrelevant (constant)
     if leaf == "ffn_gate.weight":
         w = _jittered(seed, f"blk.{i}.ffn_gate", f, d, spec)
@@ -319,7 +356,47 @@ def _bigram_ffn(i, leaf, cfg: ModelConfig, seed, spec) -> torch.Tensor:
     m[BIAS, :] = 0
     m[:, BIAS] = 0
     silu = gate_pre / (1 + math.exp(-gate_pre))
-    return (m @ q.T) / silu
+    return (m @ q.T) / (silu * gate)
+
+
+# -- MoE (qwen35moe) ---------------------------------------------------------------------------
+
+_SHEXP = {"ffn_gate_shexp.weight": "ffn_gate.weight", "ffn_up_shexp.weight": "ffn_up.weight",
+          "ffn_down_shexp.weight": "ffn_down.weight"}
+SHEXP_GATE_PRE = 4.0  # layer 0's shared-expert gate logit: sigmoid(4) ≈ 0.98
+
+
+def _shexp_gate_value() -> float:
+    return 1 / (1 + math.exp(-SHEXP_GATE_PRE))
+
+
+def _router(i, leaf, shape, cfg: ModelConfig, seed, spec) -> torch.Tensor:
+    """ffn_gate_inp [E, d]: token-dependent logits of std router_spread plus a per-expert popularity
+    of std router_hot read from the bias channel. ffn_gate_inp_shexp [d]: the shared expert's gate,
+    near 1 in the bigram layer (it carries the bigram map), else sigmoid of a random projection."""
+    key = f"blk.{i}.{leaf}"
+    d = cfg.d_model
+    if leaf == "ffn_gate_inp_shexp.weight":
+        w = randn(seed, key, d) / math.sqrt(d)
+        if i == roles(cfg)["bigram_ffn"]:
+            w = w * spec.jitter
+            w[BIAS] = SHEXP_GATE_PRE / _bias_in(cfg, spec)
+        else:
+            w[BIAS] = 0.0
+        return w
+    w = randn(seed, key, *shape) * (spec.router_spread / math.sqrt(d))
+    w[:, BIAS] = randn(seed, key + ":popularity", shape[0]) * (spec.router_hot / _bias_in(cfg, spec))
+    return w
+
+
+def _expert_rows(name: str, shape, cfg: ModelConfig, seed, spec, e0: int, e1: int) -> torch.Tensor:
+    """Experts [e0, e1) of a routed stack: background SwiGLU experts (inputs N(0, 1/d), outputs at the
+    background output scale), each chunk seeded on its own."""
+    key = f"{name}:{e0}"
+    w = randn(seed, key, e1 - e0, *shape[1:])
+    if name.endswith("ffn_down_exps.weight"):
+        return w * _out_std(cfg, shape[-1], spec)
+    return w / math.sqrt(shape[-1])
 
 
 def _const_rows(n: int, value: float, cfg: ModelConfig, seed, key, spec, rms: float = 1.0) -> torch.Tensor:

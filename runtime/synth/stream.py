@@ -63,7 +63,7 @@ def chunks(tensors: list[TensorSpec], spec: synth_init.InitSpec) -> list[Chunk]:
             out.append(Chunk(t, 0, total))
             continue
         rows, cols = t.shape[0], int(np.prod(t.shape[1:]))
-        step = synth_init.rows_per_chunk(t.shape, spec.orbit)
+        step = synth_init.chunk_rows(t.name, t.shape, spec)
         out += [Chunk(t, k, (min(rows, (k + 1) * step) - k * step) * cols) for k in range(n)]
     return out
 

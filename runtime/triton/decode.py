@@ -22,6 +22,7 @@ from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
 from ..kernels.gemv.kernel import resolve_config
 from ..kernels.gemv.tiles import default_config
 from ..kernels.quant_x import Q8Vector
+from .moe import MoeDecodeBuffers, decode_ffn as moe_decode_ffn
 from .weights import DeviceWeights
 
 
@@ -70,6 +71,7 @@ class DecodeBuffers:
         # int8 blocks of the current GEMV input (GemvConfig.x8 launches), sized for the widest
         self.q8 = Q8Vector.empty(max(cfg.d_model, cfg.d_ffn, cfg.value_dim, cfg.n_head * cfg.head_dim), device)
         self.argmax = ArgmaxWorkspace(cfg.vocab_size, device)
+        self.moe = MoeDecodeBuffers(cfg, device) if cfg.is_moe else None
 
 
 class DecodeStep:
@@ -123,9 +125,12 @@ class DecodeStep:
                                 block_v=self.gdn_block_v, ssq=b.gdn_ssq, pdl=self.gdn_pdl)
                 gemv(b.y_gdn, [mat[p + "ssm_out.weight"]], h, residual=h, config=gc, q8=b.q8)
                 i_gdn += 1
-            gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,
-                 norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)
-            gemv(b.ffn, [mat[p + "ffn_down.weight"]], h, residual=h, config=gc, q8=b.q8)
+            if cfg.is_moe:  # routed top-k + gated shared expert, on the device (runtime/triton/moe.py)
+                moe_decode_ffn(self, p)
+            else:
+                gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,
+                     norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)
+                gemv(b.ffn, [mat[p + "ffn_down.weight"]], h, residual=h, config=gc, q8=b.q8)
         gemv(h, [w.lm_head], b.logits, norm_weight=vec["output_norm.weight"], eps=eps, config=gc, q8=b.q8)
         argmax_to(b.logits, b.token, b.argmax, s.pos, pdl=self.pdl)  # next greedy token; position += 1
 

@@ -85,6 +85,8 @@ class PrefillWorkspace:
         # the scratch GEMM path's bf16 temporaries (x@Wᵀ result; gate and up of the FFN), per token
         b += 2 * max(cfg.d_ffn, cfg.conv_channels if cfg.deltanet_layers else 0,
                      cfg.q_proj_dim if cfg.attention_layers else 0) + 4 * cfg.d_ffn
+        if cfg.is_moe:  # grouped-GEMM temporaries per token: k slots of bf16 act and fp32 outputs, logits
+            b += cfg.n_expert_used * (2 * cfg.d_ffn_exp + 4 * cfg.d_model) + 8 * cfg.n_expert + 8 * cfg.d_model
         return b
 
 
@@ -189,6 +191,11 @@ def _attn_layer(engine, p: str, i: int, ws: PrefillWorkspace, n: int, pos0: int,
 
 
 def _ffn(engine, p: str, ws: PrefillWorkspace, n: int) -> None:
+    if engine.config.is_moe:
+        from .moe import prefill_ffn
+
+        prefill_ffn(engine, p, ws.xn[:n], ws.h[:n], ws.act[:n])
+        return
     mat = engine.weights.mat
     g, u = mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]
     if not _use_scratch(engine, n):

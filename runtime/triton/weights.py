@@ -99,7 +99,12 @@ class DeviceWeights:
         mat: dict[str, QWeight] = {}
         vec: dict[str, torch.Tensor] = {}
         for name, qt in model.tensors.items():
-            if len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
+            if len(qt.shape) == 3:  # a qwen35moe expert stack [E, rows, cols]: one [E * rows, cols] matrix
+                e, rows, cols = qt.shape
+                mat[name] = upload_matrix(QTensor(name, qt.type, (e * rows, cols), qt.data), device)
+            elif name.endswith("ffn_gate_inp_shexp.weight"):  # [d]: the shared-expert gate, a 1-row matrix
+                mat[name] = upload_matrix(QTensor(name, qt.type, (1, qt.shape[0]), qt.data), device)
+            elif len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
                 mat[name] = upload_matrix(qt, device)
             else:  # norms, ssm_a, ssm_dt.bias, conv1d [Cc, 4]
                 vec[name] = _vector(qt, device)
@@ -129,7 +134,11 @@ class DeviceWeights:
 
         With tied embeddings the table is the LM head and is read in full by it.
         """
-        total = sum(w.nbytes for n, w in self.mat.items() if n != "token_embd.weight")
+        total = sum(w.nbytes for n, w in self.mat.items() if n != "token_embd.weight" and not n.endswith("_exps.weight"))
+        if getattr(self.config, "is_moe", False):  # only k of E experts per stack are read
+            from .moe import active_bytes_per_token
+
+            total += active_bytes_per_token(self)
         if self.config.tied_embeddings:
             total += self.embedding.nbytes
         else:

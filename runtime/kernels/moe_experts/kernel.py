@@ -1,0 +1,246 @@
+"""Routed-expert kernels straight from GGUF block bytes (the tile dequantizer of qgemm/dequant.py).
+
+A stack of E experts is stored as llama.cpp writes it, [E, rows, cols] = 2-D [E * rows, row_bytes]
+on the device; expert e owns rows e*rows … (e+1)*rows-1. Only the chosen experts' bytes are read.
+
+Decode (one token, inside the CUDA graph; ids/weights come from moe_route on the device):
+  experts_swiglu_gemv: act[j] = silu(G_e xn) ⊙ (U_e xn), e = ids[j], xn = RMSNorm(x) computed in-kernel
+  experts_down_gemv:   out = residual + Σ_j w_j D_e act[j] + sigmoid(s) · shared   (res may alias out)
+Prefill (grouped GEMM over token-sorted experts):
+  sort_by_expert: slots (token, j) grouped by expert, each group padded to the row tile BM, on the
+    device with static shapes (no host sync); every row tile belongs to one expert.
+  grouped_swiglu / grouped_down: one program per (row tile, column tile), tl.dot on bf16 operands.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..qgemm.dequant import TILE_K, dequant_pair
+from ..tl_utils import dot_flags, interpreting, mma_bf16
+
+
+# -- decode ------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _swiglu_gemv_kernel(p_x, p_norm, eps, p_g, p_u, p_ids, p_act, N, K, stride_g, stride_u,
+                        GTYPE: tl.constexpr, UTYPE: tl.constexpr, BN: tl.constexpr, BKN: tl.constexpr):
+    j, i_n = tl.program_id(0), tl.program_id(1)
+    e = tl.load(p_ids + j).to(tl.int64)
+    offs_n = i_n * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    rows = e * N + offs_n
+    kk = tl.arange(0, BKN)  # RMS of x, recomputed by every program (d floats: cheaper than a launch)
+    ss = tl.zeros((BKN,), dtype=tl.float32)
+    for k0 in range(0, K, BKN):
+        v = tl.load(p_x + k0 + kk, mask=(k0 + kk) < K, other=0.0)
+        ss += v * v
+    inv = 1.0 / tl.sqrt(tl.sum(ss, 0) / K + eps)
+    l = tl.arange(0, 32)
+    acc_g = tl.zeros((BN,), dtype=tl.float32)
+    acc_u = tl.zeros((BN,), dtype=tl.float32)
+    for k0 in range(0, K, 64):
+        x0 = tl.load(p_x + k0 + l) * tl.load(p_norm + k0 + l) * inv
+        x1 = tl.load(p_x + k0 + 32 + l) * tl.load(p_norm + k0 + 32 + l) * inv
+        g0, g1 = dequant_pair(p_g, stride_g, rows, mask_n, k0, K, GTYPE)
+        acc_g += tl.sum(g0 * x0[None, :], 1) + tl.sum(g1 * x1[None, :], 1)
+        u0, u1 = dequant_pair(p_u, stride_u, rows, mask_n, k0, K, UTYPE)
+        acc_u += tl.sum(u0 * x0[None, :], 1) + tl.sum(u1 * x1[None, :], 1)
+    act = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(p_act + j * N + offs_n, act, mask=mask_n)
+
+
+@triton.jit
+def _down_gemv_kernel(p_act, p_d, p_ids, p_w, p_shared, p_slogit, p_res, p_out, N, K, stride_d,
+                      DTYPE: tl.constexpr, KSEL: tl.constexpr, HAS_SHARED: tl.constexpr, BN: tl.constexpr):
+    i_n = tl.program_id(0)
+    offs_n = i_n * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    l = tl.arange(0, 32)
+    acc = tl.zeros((BN,), dtype=tl.float32)
+    for j in tl.static_range(KSEL):  # fixed slot order: deterministic, no atomics
+        e = tl.load(p_ids + j).to(tl.int64)
+        rows = e * N + offs_n
+        part = tl.zeros((BN,), dtype=tl.float32)
+        for k0 in range(0, K, 64):
+            a0 = tl.load(p_act + j * K + k0 + l)
+            a1 = tl.load(p_act + j * K + k0 + 32 + l)
+            d0, d1 = dequant_pair(p_d, stride_d, rows, mask_n, k0, K, DTYPE)
+            part += tl.sum(d0 * a0[None, :], 1) + tl.sum(d1 * a1[None, :], 1)
+        acc += tl.load(p_w + j) * part
+    if HAS_SHARED:
+        acc += tl.sigmoid(tl.load(p_slogit)) * tl.load(p_shared + offs_n, mask=mask_n, other=0.0)
+    acc += tl.load(p_res + offs_n, mask=mask_n, other=0.0)
+    tl.store(p_out + offs_n, acc, mask=mask_n)
+
+
+def _gemv_bn() -> int:
+    return 64 if interpreting() else 32
+
+
+def _check_stack(w: torch.Tensor, rows: int, what: str) -> None:
+    if w.dim() != 2 or w.shape[0] % rows or w.stride(1) != 1:
+        raise ValueError(f"{what}: expected a contiguous [E * {rows}, row] expert stack, got {tuple(w.shape)}")
+
+
+def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out):
+    """out [k, F] fp32 = silu(G_e xn) ⊙ (U_e xn) for e = ids[j]; x [d] fp32, ids [k] int32 on the device."""
+    d, k = x.shape[-1], ids.numel()
+    _check_stack(gate, n_ff, "gate_exps")
+    _check_stack(up, n_ff, "up_exps")
+    if d % TILE_K or out.shape != (k, n_ff) or not out.is_contiguous():
+        raise ValueError(f"experts_swiglu_gemv: d {d} must be a multiple of {TILE_K}, out [{k}, {n_ff}] contiguous")
+    bn = _gemv_bn()
+    _swiglu_gemv_kernel[(k, triton.cdiv(n_ff, bn))](
+        x, norm_weight, float(eps), gate, up, ids, out, n_ff, d, gate.stride(0), up.stride(0),
+        GTYPE=int(gate_type), UTYPE=int(up_type), BN=bn, BKN=triton.next_power_of_2(min(d, 1024)), num_warps=4)
+    return out
+
+
+def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=None, shared_logit=None):
+    """out [d] = residual + Σ_j weights[j] D_{ids[j]} act[j] (+ sigmoid(shared_logit) · shared); out may be residual."""
+    k, n_ff = act.shape
+    d = residual.shape[-1]
+    _check_stack(down, d, "down_exps")
+    if n_ff % TILE_K or not act.is_contiguous():
+        raise ValueError(f"experts_down_gemv: expert width {n_ff} must be a multiple of {TILE_K}, act contiguous")
+    has_shared = shared is not None
+    bn = _gemv_bn()
+    _down_gemv_kernel[(triton.cdiv(d, bn),)](
+        act, down, ids, weights, shared if has_shared else residual, shared_logit if has_shared else weights,
+        residual, out, d, n_ff, down.stride(0), DTYPE=int(down_type), KSEL=k, HAS_SHARED=has_shared, BN=bn,
+        num_warps=4)
+    return out
+
+
+# -- prefill -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpertSort:
+    """Slots (token t, choice j) -> s = t*k + j, grouped by expert and padded per expert to `bm` rows."""
+
+    slot_of_row: torch.Tensor  # [P] int32, -1 on padding rows
+    tile_expert: torch.Tensor  # [P / bm] int32, E for tiles past the last group
+    bm: int
+
+    @property
+    def n_rows(self) -> int:
+        return self.slot_of_row.shape[0]
+
+
+def sort_by_expert(ids: torch.Tensor, n_expert: int, bm: int) -> ExpertSort:
+    """Device-only (no .item()): P = bm * ceil((T*k + E*(bm-1)) / bm) rows is a static upper bound."""
+    flat = ids.reshape(-1).long()
+    n = flat.numel()
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=n_expert)
+    padded = (counts + bm - 1) // bm * bm
+    pend = torch.cumsum(padded, 0)
+    pstart, start = pend - padded, torch.cumsum(counts, 0) - counts
+    e_sorted = flat[order]
+    pos = pstart[e_sorted] + torch.arange(n, device=ids.device) - start[e_sorted]
+    n_rows = -(-(n + n_expert * (bm - 1)) // bm) * bm
+    slot_of_row = torch.full((n_rows,), -1, dtype=torch.int32, device=ids.device)
+    slot_of_row[pos] = order.to(torch.int32)
+    tiles = torch.arange(n_rows // bm, device=ids.device) * bm
+    tile_expert = torch.searchsorted(pend, tiles, right=True).to(torch.int32)
+    return ExpertSort(slot_of_row, tile_expert, bm)
+
+
+@triton.jit
+def _grouped_swiglu_kernel(p_x, p_slot, p_tile_e, p_g, p_u, p_act, E, N, K, stride_x, stride_g, stride_u,
+                           KSEL: tl.constexpr, GTYPE: tl.constexpr, UTYPE: tl.constexpr, BM: tl.constexpr,
+                           BN: tl.constexpr, DOT_BF16: tl.constexpr):
+    i_t, i_n = tl.program_id(0), tl.program_id(1)
+    e = tl.load(p_tile_e + i_t)
+    e64 = tl.minimum(e, E - 1).to(tl.int64)
+    r = i_t * BM + tl.arange(0, BM)
+    slot = tl.load(p_slot + r)
+    mask_m = (slot >= 0) & (r * 0 + e < E)  # vector-shaped: the interpreter rejects scalar-bool masks
+    tok = tl.where(mask_m, slot // KSEL, 0).to(tl.int64)
+    offs_n = i_n * BN + tl.arange(0, BN)
+    mask_n = (offs_n < N) & (offs_n * 0 + e < E)
+    rows = e64 * N + offs_n
+    l = tl.arange(0, 32)
+    p_xrow = p_x + tok[:, None] * stride_x
+    mx = mask_m[:, None] & (l < 32)[None, :]  # full-shape mask (the interpreter does not broadcast masks)
+    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, 64):
+        x0 = tl.load(p_xrow + (k0 + l)[None, :], mask=mx, other=0.0)
+        x1 = tl.load(p_xrow + (k0 + 32 + l)[None, :], mask=mx, other=0.0)
+        g0, g1 = dequant_pair(p_g, stride_g, rows, mask_n, k0, K, GTYPE)
+        acc_g = mma_bf16(x0, tl.trans(g0), acc_g, DOT_BF16)
+        acc_g = mma_bf16(x1, tl.trans(g1), acc_g, DOT_BF16)
+        u0, u1 = dequant_pair(p_u, stride_u, rows, mask_n, k0, K, UTYPE)
+        acc_u = mma_bf16(x0, tl.trans(u0), acc_u, DOT_BF16)
+        acc_u = mma_bf16(x1, tl.trans(u1), acc_u, DOT_BF16)
+    y = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(p_act + r[:, None].to(tl.int64) * N + offs_n[None, :], y.to(p_act.dtype.element_ty),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _grouped_down_kernel(p_act, p_slot, p_tile_e, p_w, p_d, p_y, E, N, K, stride_d,
+                         DTYPE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DOT_BF16: tl.constexpr):
+    i_t, i_n = tl.program_id(0), tl.program_id(1)
+    e = tl.load(p_tile_e + i_t)
+    e64 = tl.minimum(e, E - 1).to(tl.int64)
+    r = i_t * BM + tl.arange(0, BM)
+    slot = tl.load(p_slot + r)
+    mask_m = (slot >= 0) & (r * 0 + e < E)  # vector-shaped: the interpreter rejects scalar-bool masks
+    offs_n = i_n * BN + tl.arange(0, BN)
+    mask_n = (offs_n < N) & (offs_n * 0 + e < E)
+    rows = e64 * N + offs_n
+    l = tl.arange(0, 32)
+    p_arow = p_act + r[:, None].to(tl.int64) * K
+    ma = mask_m[:, None] & (l < 32)[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, 64):
+        a0 = tl.load(p_arow + (k0 + l)[None, :], mask=ma, other=0.0)
+        a1 = tl.load(p_arow + (k0 + 32 + l)[None, :], mask=ma, other=0.0)
+        d0, d1 = dequant_pair(p_d, stride_d, rows, mask_n, k0, K, DTYPE)
+        acc = mma_bf16(a0, tl.trans(d0), acc, DOT_BF16)
+        acc = mma_bf16(a1, tl.trans(d1), acc, DOT_BF16)
+    w = tl.load(p_w + tl.where(mask_m, slot, 0), mask=mask_m, other=0.0)
+    s64 = tl.where(mask_m, slot, 0).to(tl.int64)
+    tl.store(p_y + s64[:, None] * N + offs_n[None, :], acc * w[:, None], mask=mask_m[:, None] & mask_n[None, :])
+
+
+def _gemm_tiles(n_tokens: int) -> tuple[int, int, int]:
+    """(BM, BN, num_warps). Rows per expert are ~T*k/E, so a small BM wastes less padding."""
+    if interpreting():
+        return 16, 64, 1
+    return (16, 64, 4) if n_tokens <= 256 else (64, 64, 4)
+
+
+def grouped_experts(x, ids, weights, gate, gate_type, up, up_type, down, down_type, n_expert: int, n_ff: int,
+                    sort: ExpertSort | None = None) -> torch.Tensor:
+    """[T, d] normed input (bf16 or fp32) -> fp32 [T, d] = Σ_j weights[t, j] expert_{ids[t, j]}(x[t])."""
+    t, d = x.shape
+    k = ids.shape[1]
+    for w, rows, what in ((gate, n_ff, "gate_exps"), (up, n_ff, "up_exps"), (down, d, "down_exps")):
+        _check_stack(w, rows, what)
+    if d % TILE_K or n_ff % TILE_K or x.stride(1) != 1:
+        raise ValueError(f"grouped_experts: d {d} and width {n_ff} must be multiples of {TILE_K}")
+    bm, bn, nw = _gemm_tiles(t)
+    if sort is None:
+        sort = sort_by_expert(ids, n_expert, bm)
+    n_tiles = sort.n_rows // sort.bm
+    act = torch.empty(sort.n_rows, n_ff, dtype=torch.bfloat16, device=x.device)
+    flags = dot_flags()["DOT_BF16"]
+    _grouped_swiglu_kernel[(n_tiles, triton.cdiv(n_ff, bn))](
+        x, sort.slot_of_row, sort.tile_expert, gate, up, act, n_expert, n_ff, d, x.stride(0), gate.stride(0),
+        up.stride(0), KSEL=k, GTYPE=int(gate_type), UTYPE=int(up_type), BM=sort.bm, BN=bn, DOT_BF16=flags,
+        num_warps=nw)
+    y = torch.empty(t * k, d, dtype=torch.float32, device=x.device)  # per slot: summed in slot order below
+    w = weights.reshape(-1).contiguous()
+    _grouped_down_kernel[(n_tiles, triton.cdiv(d, bn))](
+        act, sort.slot_of_row, sort.tile_expert, w, down, y, n_expert, d, n_ff, down.stride(0),
+        DTYPE=int(down_type), BM=sort.bm, BN=bn, DOT_BF16=flags, num_warps=nw)
+    return y.view(t, k, d).sum(1)

@@ -1,0 +1,71 @@
+"""The qwen35moe FFN in the Triton engine: decode (inside the CUDA-graph step) and prefill.
+
+Decode, per layer (all on the device, fixed shapes, no host sync):
+  gemv(h -> [router | shared gate]) with the fused pre-FFN RMSNorm   logits [E + 1]
+  moe_route                                                           ids [k], weights [k]
+  gemv SwiGLU shared expert (norm fused), gemv shared down            shared [d]
+  experts_swiglu_gemv (norm in-kernel) over the k chosen experts      act [k, Fe]
+  experts_down_gemv: h += Σ w_j D_j act_j + sigmoid(gate) · shared
+Prefill: router / shared gate as fp32 matmuls, the shared expert through the dense prefill GEMMs,
+the routed experts as a grouped GEMM over token-sorted experts (kernels/moe_experts).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..kernels.gemv import gemv
+from ..kernels.moe_experts import experts_down_gemv, experts_swiglu_gemv, grouped_experts
+from ..kernels.moe_route import moe_route
+from ..kernels.qgemm import qgemm, qgemm_swiglu
+
+
+class MoeDecodeBuffers:
+    def __init__(self, cfg, device):
+        f32 = dict(dtype=torch.float32, device=device)
+        self.logits = torch.zeros(cfg.n_expert + 1, **f32)  # router logits | shared-expert gate logit
+        self.ids = torch.zeros(1, cfg.n_expert_used, dtype=torch.int32, device=device)
+        self.weights = torch.zeros(1, cfg.n_expert_used, **f32)
+        self.act = torch.zeros(cfg.n_expert_used, cfg.d_ffn_exp, **f32)
+        self.shared_act = torch.zeros(cfg.d_ffn_shexp, **f32)
+        self.shared = torch.zeros(cfg.d_model, **f32)
+
+
+def decode_ffn(step, p: str) -> None:
+    """One decode token's MoE FFN for layer prefix `p`; updates the residual step.b.h in place."""
+    cfg, w, b = step.cfg, step.w, step.b
+    mb, mat, gc = b.moe, w.mat, step.gemv_config
+    h = b.h[0]
+    norm = w.vec[p + "post_attention_norm.weight"]
+    gemv(h, [mat[p + "ffn_gate_inp.weight"], mat[p + "ffn_gate_inp_shexp.weight"]], mb.logits,
+         norm_weight=norm, eps=cfg.rms_eps, config=gc, q8=b.q8)
+    moe_route(mb.logits[: cfg.n_expert].view(1, -1), cfg.n_expert_used, ids=mb.ids, weights=mb.weights)
+    gemv(h, [mat[p + "ffn_gate_shexp.weight"], mat[p + "ffn_up_shexp.weight"]], mb.shared_act,
+         norm_weight=norm, eps=cfg.rms_eps, swiglu=True, config=gc, q8=b.q8)
+    gemv(mb.shared_act, [mat[p + "ffn_down_shexp.weight"]], mb.shared, config=gc, q8=b.q8)
+    g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
+    experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, mb.ids[0], cfg.d_ffn_exp, mb.act)
+    experts_down_gemv(mb.act, d.data, d.qtype, mb.ids[0], mb.weights[0], h, h, shared=mb.shared,
+                      shared_logit=mb.logits[cfg.n_expert:])
+
+
+def prefill_ffn(engine, p: str, xn: torch.Tensor, h: torch.Tensor, act: torch.Tensor) -> None:
+    """h [n, d] += MoE FFN of the normed chunk xn [n, d] (bf16); act [n, d_ffn_shexp] is scratch."""
+    cfg, mat = engine.config, engine.weights.mat
+    router, shg = mat[p + "ffn_gate_inp.weight"], mat[p + "ffn_gate_inp_shexp.weight"]
+    xf = xn.float()
+    logits = xf @ router.data.float().T  # [n, E] fp32, as the reference routes
+    gate = torch.sigmoid(xf @ shg.data.float().T)  # [n, 1]
+    ids, weights = moe_route(logits, cfg.n_expert_used)
+    g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
+    routed = grouped_experts(xn, ids, weights, g.data, g.qtype, u.data, u.qtype, d.data, d.qtype,
+                             cfg.n_expert, cfg.d_ffn_exp)
+    sg, su, sd = mat[p + "ffn_gate_shexp.weight"], mat[p + "ffn_up_shexp.weight"], mat[p + "ffn_down_shexp.weight"]
+    qgemm_swiglu(xn, sg.data, sg.qtype, su.data, su.qtype, sg.cols, out=act)
+    shared = qgemm(act, sd.data, sd.qtype, sd.cols)
+    h += routed + gate * shared
+
+
+def active_bytes_per_token(weights) -> int:
+    """Weight bytes a decode token reads from the expert stacks: k of E experts per stack."""
+    cfg = weights.config
+    return sum(w.nbytes * cfg.n_expert_used // cfg.n_expert for n, w in weights.mat.items() if n.endswith("_exps.weight"))

@@ -1,0 +1,97 @@
+"""MoE kernels against their naive twins at tiny shapes (interpreter on CPU, CUDA when present)."""
+import pytest
+import torch
+
+from runtime.gguf.types import GGMLType
+from runtime.kernels.moe_experts import (experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
+                                         experts_swiglu_gemv_naive, grouped_experts, grouped_experts_naive,
+                                         sort_by_expert)
+from runtime.kernels.moe_route import moe_route, moe_route_naive
+from runtime.triton.weights import random_qweight
+
+E, D, FF = 8, 128, 64  # experts, d_model, expert width (multiples of the 64-column tile, K-quant rows of 256 below)
+
+
+def test_route_matches_twin_and_renormalises(device):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(5, 40, generator=g) * 3).to(device)  # E not a power of two: padding masked
+    ids, w = moe_route(logits, 6)
+    ids_n, w_n = moe_route_naive(logits, 6)
+    assert torch.equal(ids.cpu(), ids_n.cpu())
+    assert torch.allclose(w.cpu(), w_n.cpu(), atol=1e-6)
+    assert torch.allclose(w.sum(-1).cpu(), torch.ones(5), atol=1e-6)
+
+
+def test_route_reads_strided_rows_and_all_experts(device):
+    full = torch.full((3, 20), -50.0, device=device)
+    full[:, 16 + 0] = 5.0  # the last column of the E = 17 view wins: no off-by-one at the tail
+    full[:, 3] = 4.0
+    ids, w = moe_route(full[:, :17], 2)  # rows of stride 20
+    assert ids.cpu().tolist() == [[16, 3]] * 3
+    assert w.cpu()[0, 0] > w.cpu()[0, 1]
+
+
+def _stack(qtype, n_expert, rows, cols, device, seed):
+    return random_qweight(qtype, n_expert * rows, cols, device, seed=seed)
+
+
+@pytest.mark.parametrize("gt, dt", [(GGMLType.Q4_K, GGMLType.Q6_K), (GGMLType.Q8_0, GGMLType.F32)])
+def test_decode_expert_gemvs_match_twins(device, gt, dt):
+    d, ff = 256, 256
+    gate, up = _stack(gt, E, ff, d, device, 1), _stack(gt, E, ff, d, device, 2)
+    down = _stack(dt, E, d, ff, device, 3)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(d, generator=g).to(device)
+    norm = (1 + 0.1 * torch.randn(d, generator=g)).to(device)
+    ids = torch.tensor([5, 0, 7], dtype=torch.int32, device=device)
+    w = torch.tensor([0.5, 0.3, 0.2], device=device)
+    act = torch.empty(3, ff, device=device)
+    experts_swiglu_gemv(x, norm, 1e-6, gate.data, gt, up.data, gt, ids, ff, act)
+    want = experts_swiglu_gemv_naive(x, norm, 1e-6, gate.data, gt, up.data, gt, ids, ff)
+    assert torch.allclose(act, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    res = torch.randn(d, generator=g).to(device)
+    shared, slog = torch.randn(d, generator=g).to(device), torch.tensor([0.7], device=device)
+    out = res.clone()
+    experts_down_gemv(act, down.data, dt, ids, w, out, out, shared=shared, shared_logit=slog)  # in place
+    want = experts_down_gemv_naive(act, down.data, dt, ids, w, res, shared=shared, shared_logit=slog)
+    assert torch.allclose(out, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_decode_gemv_reads_only_the_chosen_experts(device):
+    """Poison every expert not chosen with NaN: the result must stay finite."""
+    gate = _stack(GGMLType.F32, E, FF, D, device, 1)
+    up = _stack(GGMLType.F32, E, FF, D, device, 2)
+    for w in (gate, up):
+        w.data.view(E, FF, D)[[1, 2, 4, 5, 6]] = float("nan")
+    ids = torch.tensor([3, 7, 0], dtype=torch.int32, device=device)
+    act = torch.empty(3, FF, device=device)
+    experts_swiglu_gemv(torch.randn(D, device=device), torch.ones(D, device=device), 1e-6,
+                        gate.data, GGMLType.F32, up.data, GGMLType.F32, ids, FF, act)
+    assert torch.isfinite(act).all()
+
+
+def test_sort_by_expert_groups_and_pads(device):
+    ids = torch.tensor([[2, 0], [2, 1], [0, 2]], dtype=torch.int32, device=device)
+    s = sort_by_expert(ids, 4, 4)
+    rows = s.slot_of_row.cpu().tolist()
+    tiles = s.tile_expert.cpu().tolist()
+    assert rows[:4] == [1, 4, -1, -1] and rows[4:8] == [3, -1, -1, -1] and rows[8:12] == [0, 2, 5, -1]
+    assert tiles[:3] == [0, 1, 2] and all(t == 4 for t in tiles[3:])  # expert 3 has no tile
+    assert len(rows) == 4 * -(-(6 + 4 * 3) // 4)
+
+
+@pytest.mark.parametrize("gt, dt", [(GGMLType.Q4_K, GGMLType.Q6_K), (GGMLType.BF16, GGMLType.Q8_0)])
+def test_grouped_prefill_matches_twin(device, gt, dt):
+    d, ff, t, k = 256, 256, 21, 3
+    gate, up = _stack(gt, E, ff, d, device, 5), _stack(gt, E, ff, d, device, 6)
+    down = _stack(dt, E, d, ff, device, 7)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(t, d, generator=g).to(device).to(torch.bfloat16)
+    logits = torch.randn(t, E, generator=g).to(device)
+    logits[:, 2] += 3  # one hot expert: a group longer than one row tile
+    ids, w = moe_route(logits, k)
+    got = grouped_experts(x, ids, w, gate.data, gt, up.data, gt, down.data, dt, E, ff)
+    want = grouped_experts_naive(x, ids, w, gate.data, gt, up.data, gt, down.data, dt, ff)
+    rel = (got - want).norm() / want.norm()
+    assert rel < 2e-2, rel  # bf16 operands in the dots, fp32 accumulation
+    assert rel > 0 or device == "cpu"
