@@ -29,9 +29,9 @@ def series(session: Session, repo_id: int, model: str, gate: str) -> list[Histor
 
 
 def gates_of(session: Session, repo_id: int) -> list[tuple[str, str]]:
-    return list(session.execute(select(HistoryPoint.model, HistoryPoint.gate)
-                                .where(HistoryPoint.repository_id == repo_id).distinct()
-                                .order_by(HistoryPoint.model, HistoryPoint.gate)).tuples())
+    rows = session.execute(select(HistoryPoint.model, HistoryPoint.gate).where(HistoryPoint.repository_id == repo_id)
+                           .distinct().order_by(HistoryPoint.model, HistoryPoint.gate))
+    return [(m, g) for m, g in rows]
 
 
 def history_url(settings: Settings, repo: Repository, model: str, gate: str, cp_id: int | None = None) -> str | None:
