@@ -61,7 +61,8 @@ def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, 
             session.flush()
             known.add(cp.sha)
             post(session, settings, gh_repo, repo, cp)
-            advance(session, settings, celery, gh_repo, repo, cp)
+            advance(session, settings, celery, gh_repo, repo, cp)  # may commit (a task was sent): lock again
+            repo = session.get(Repository, repo.id, with_for_update=True, populate_existing=True)
             found.append(cp)
     return found
 
@@ -138,7 +139,7 @@ def after_measurement(session: Session, settings: Settings, celery: Celery, gh_r
         return bisect_step(session, settings, celery, gh_repo, m)
     if m.state != "done":
         return f"main measurement {m.id} failed: {m.detail}"
-    repo = session.get(Repository, m.repository_id)
+    repo = session.get(Repository, m.repository_id, with_for_update=True)  # one scan per repository at a time
     found = scan(session, settings, celery, gh_repo, repo)
     return f"main measurement {m.id}: {len(found)} new change point(s)"
 

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy import select
+
 from bot.db.engine import session_scope
+from bot.db.models import MainMeasurement, Repository
 from bot.history import job, measure
 from worker.queue.app import app
 
@@ -21,6 +24,11 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
     from bot.queue.app import celery_app
     from bot.settings import get_settings
     with session_scope() as session:
+        # Lock order: repository, then measurement (the history rows' foreign keys share-lock the repository,
+        # and the change-point scan takes it for update: one scan per repository at a time).
+        repo_id = session.scalar(select(MainMeasurement.repository_id).where(MainMeasurement.id == measurement_id))
+        if repo_id is not None:
+            session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
         m = measure.accept(session, measurement_id, task_id, result, failure)
         if isinstance(m, str):
             return m
