@@ -16,7 +16,7 @@ PELT's minimum segment can otherwise force a split one commit early on a short h
 
 Stated false-alarm rate: at most `FALSE_ALARM_RATE` (1 %) of A/A histories of 12…60 commits raise an
 alarm. Measured by `false_alarm_rate()` on 1,000 Gaussian and 1,000 Student-t(5) A/A histories: 0.1 % and
-0.7 % (tests/bot/history/test_detect.py measures it again on every run, on fewer histories).
+0.4 % (tests/bot/history/test_detect.py measures it again on every run, on fewer histories).
 """
 from __future__ import annotations
 
