@@ -31,7 +31,10 @@ def series(session: Session, repo_id: int, model: str, gate: str) -> list[Histor
 def gates_of(session: Session, repo_id: int) -> list[tuple[str, str]]:
     rows = session.execute(select(HistoryPoint.model, HistoryPoint.gate).where(HistoryPoint.repository_id == repo_id)
                            .distinct().order_by(HistoryPoint.model, HistoryPoint.gate))
-    return [(m, g) for m, g in rows]
+    def order(mg):  # decode@32 before decode@160: the context as a number
+        kind, _, ctx = mg[1].partition("@")
+        return mg[0], kind, int(ctx) if ctx.isdigit() else 0, mg[1]
+    return sorted(((m, g) for m, g in rows), key=order)
 
 
 def history_url(settings: Settings, repo: Repository, model: str, gate: str, cp_id: int | None = None) -> str | None:

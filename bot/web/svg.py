@@ -18,12 +18,18 @@ class Point:
     title: str
 
 
+def _tick(v: float, span: float) -> str:
+    """Plain numbers with as many decimals as the axis' span needs (no 1.2e+04 on a tok/s axis)."""
+    digits = 0 if span >= 20 else 1 if span >= 2 else 2 if span >= 0.2 else 3
+    return f"{v:,.{digits}f}"
+
+
 def line_plot(points: list[Point], *, y_label: str, width: int = 720, height: int = 240,
               marks: list[int] | None = None, css_class: str = "plot") -> Markup:
     """One series over commits; `marks` are point indices drawn as dashed verticals (change points)."""
     if not points:
         return Markup(f'<p class="empty">No measured points yet for {escape(y_label)}.</p>')
-    left, right, top, bottom = 64, 16, 16, 36
+    left, right, top, bottom = 72, 40, 24, 36
     w, h = width - left - right, height - top - bottom
     ys = [p.y for p in points]
     lo, hi = min(ys), max(ys)
@@ -43,9 +49,8 @@ def line_plot(points: list[Point], *, y_label: str, width: int = 720, height: in
     for k in range(5):  # y grid and ticks
         v = lo + (hi - lo) * k / 4
         out.append(f'<line x1="{left}" x2="{left + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e4e4"/>')
-        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v:,.4g}</text>')
-    out.append(f'<text x="12" y="{top + h / 2:.0f}" font-size="11" transform="rotate(-90 12 {top + h / 2:.0f})" '
-               f'text-anchor="middle">{escape(y_label)}</text>')
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{_tick(v, hi - lo)}</text>')
+    out.append(f'<text x="{left}" y="{top - 8}" font-size="12" fill="#555">{escape(y_label)}</text>')
     for i in marks or []:
         if 0 < i < n:
             xm = (x(i - 1) + x(i)) / 2
@@ -59,7 +64,8 @@ def line_plot(points: list[Point], *, y_label: str, width: int = 720, height: in
                f'data-y="{p.y!r}"><title>{escape(p.title)}</title></circle>')
         out.append(f'<a href="{escape(p.href)}">{dot}</a>' if p.href else dot)
         if i % step == 0 or i == n - 1:
-            out.append(f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="10" '
+            anchor = "end" if i == n - 1 and n > 1 else "start" if i == 0 and n > 1 else "middle"
+            out.append(f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="{anchor}" font-size="10" '
                        f'font-family="monospace">{escape(p.label)}</text>')
     out.append("</svg>")
     return Markup("".join(out))
