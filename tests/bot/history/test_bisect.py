@@ -91,3 +91,20 @@ def test_a_flat_history_raises_nothing(settings, github, remote, monkeypatch, tm
 
 def test_is_bad_is_closer_to_the_step():
     assert job.is_bad(-0.07, -0.075) and not job.is_bad(-0.01, -0.075) and job.is_bad(0.05, 0.06)
+
+
+def test_a_result_for_other_revisions_is_not_history(settings, github, remote):
+    """The worker's result cache is keyed without the base: an answer for another base must not be plotted."""
+    from tests.bot.fake_evaluation import result_for
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        m = MainMeasurement(repository_id=repo.id, kind="merge", sha="b" * 40, base_sha="a" * 40, state="queued",
+                            profile="quick", celery_task_id="t1")
+        session.add(m)
+        session.flush()
+        other = result_for("none", repo=repo.full_name, pr=None, base_sha="c" * 40, head_sha="b" * 40).to_dict()
+        assert measure.accept(session, m.id, "t0", other) == f"main measurement {m.id}: stale task t0 ignored"
+        got = measure.accept(session, m.id, "t1", other)
+        assert got.state == "failed" and "asked aaaaaaa..bbbbbbb, got ccccccc..bbbbbbb" in got.detail
+        assert got.points == []
+        assert measure.accept(session, m.id, "t1", other) == f"main measurement {m.id} is failed: ignored"
