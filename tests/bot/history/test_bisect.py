@@ -108,3 +108,22 @@ def test_a_result_for_other_revisions_is_not_history(settings, github, remote):
         assert got.state == "failed" and "asked aaaaaaa..bbbbbbb, got ccccccc..bbbbbbb" in got.detail
         assert got.points == []
         assert measure.accept(session, m.id, "t1", other) == f"main measurement {m.id} is failed: ignored"
+
+
+def test_the_same_shift_found_one_commit_over_is_not_posted_again(settings, github, remote):
+    from bot.db.models import ChangePoint
+    from tests.bot.fake_evaluation import result_for
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        shas = []
+        for i, level in enumerate([400, 401, 399, 400, 400, 370, 371, 369, 370]):
+            r = result_for("none", repo=repo.full_name, pr=None, base_sha=f"{i:040x}", head_sha=f"{i + 1:040x}")
+            r.gates[0].head_median = float(level)
+            shas.append(fill.main(session, repo, r).sha)
+        # an earlier scan, with fewer points, had placed this shift one commit early
+        session.add(ChangePoint(repository_id=repo.id, model="qwen35-tiny", gate="decode@512", sha=shas[4],
+                                previous_sha=shas[3], rel_step=-0.07, false_alarm_rate=0.01, state="bisecting",
+                                good_sha=shas[3], bad_sha=shas[4]))
+        session.flush()
+        assert job.scan(session, settings, None, lambda _: pytest.fail("posted twice"), repo) == []
+        assert session.query(ChangePoint).count() == 1

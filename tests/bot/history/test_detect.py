@@ -34,3 +34,10 @@ def test_aa_histories_false_alarm_rate_is_within_the_stated_rate(noise):
     # 200 histories where nothing changes: the stated 1 % allows ~2; a rate 3 σ above it fails.
     rate = detect.false_alarm_rate(200, seed=7, noise=noise)
     assert rate <= detect.FALSE_ALARM_RATE + 3 * (detect.FALSE_ALARM_RATE / 200) ** 0.5
+
+
+def test_a_split_forced_by_the_minimum_segment_is_not_claimed_yet():
+    # Six commits, the step before the fifth: PELT's 3-commit minimum can only split before the fourth.
+    assert detect.detect([400.0, 401, 399, 400, 370, 371], min_rel_step=0.02) == []
+    # One more commit at the new level: now there are three on each side of the least-squares place.
+    assert [c.index for c in detect.detect([400.0, 401, 399, 400, 370, 371, 369], min_rel_step=0.02)] == [4]

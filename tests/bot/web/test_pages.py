@@ -140,3 +140,20 @@ def test_visibility_is_asked_of_github_once(client, github, filled):
     with session_scope() as session:
         rows = session.query(RepositoryVisibility).all()
         assert [r.private for r in rows] == [False]
+
+
+def test_unknown_visibility_fails_closed(client, settings, filled):
+    """No installation to ask, or GitHub unreachable: treated as private, and asked again next time."""
+    from bot.db.models import Repository
+    from bot.github.client import reset_github_app
+    from bot.settings import override_settings
+    override_settings(settings.model_copy(update={"github_api_url": "http://127.0.0.1:9"}))  # nothing listens
+    reset_github_app()
+    assert client.get(f"/repos/{filled.repo_name}").status_code == 404
+    with session_scope() as session:
+        assert session.query(RepositoryVisibility).count() == 0  # not remembered: asked again next time
+    override_settings(settings)
+    reset_github_app()
+    with session_scope() as session:
+        session.query(Repository).one().installation_id = None
+    assert client.get(f"/repos/{filled.repo_name}").status_code == 404
