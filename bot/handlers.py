@@ -18,6 +18,7 @@ from bot.enums import RERUN_ACTION_ID, Command, EvalState, Trigger
 from bot.db.models import Evaluation, PullRequest, Repository, utcnow
 from bot.rounds import open_round
 from bot.service import Service
+from bot.history import on_main_merged
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class Handlers:
         if action == "closed":
             pr.is_open = False
             n = self.service.cancel(session, pr, by=None) if self.service.active(session, pr) else 0
+            if payload["pull_request"].get("merged") and pr.base_ref == repo.default_branch:  # issue 16: main's history
+                on_main_merged(session, self.settings, self.service.celery, repo, pr,
+                               payload["pull_request"].get("merge_commit_sha"))
             return f"closed; {n} evaluation(s) cancelled"
         if action == "labeled":
             return self._labeled(session, repo, pr, payload, sender)

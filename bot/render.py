@@ -108,10 +108,47 @@ class RunView:
     queue: QueueInfo | None = None
     superseded_by: str | None = None
     retrying: bool = False  # an INFRA attempt that will be retried automatically
+    page_url: str | None = None  # this evaluation's dashboard page (TOKENGATE_PUBLIC_BASE_URL set)
 
     @property
     def verdict(self) -> Verdict | None:
         return self.result.verdict if self.result else None
+
+    @property
+    def gpu(self) -> str | None:
+        """The device the receipt names (None when there is no receipt yet)."""
+        if self.result is None or not self.result.receipt:
+            return None
+        r = self.result.receipt
+        gpu = (r.get("host") or {}).get("gpu") or {}
+        return gpu.get("name") or r.get("gpu") or f"no GPU ({gpu.get('reason') or 'not reported'})"
+
+    @property
+    def models(self) -> list[ModelLine]:
+        """Each measured model: primary or guard (the receipt's role), and its own tier."""
+        if self.result is None or self.result.verdict in (Verdict.INFRA, Verdict.BUILD_FAILED):
+            return []
+        from bot.github.labels import model_verdicts
+        from bot.settings import get_settings
+        roles = {m: (v or {}).get("role") for m, v in (self.result.receipt.get("models") or {}).items()}
+        out = []
+        for model, tier in model_verdicts(self.result, get_settings().eval).items():
+            scored = any(g.scored for g in self.result.gates if g.model == model)
+            out.append(ModelLine(model, roles.get(model) or ("primary" if scored else "guard"), tier))
+        return out
+
+
+@dataclass
+class ModelLine:
+    name: str
+    role: str  # "primary" (its gates set the tier) | "guard" (must not regress; never scored)
+    tier: Verdict
+
+
+def page_url(eval_id: int) -> str | None:
+    from bot.settings import get_settings
+    base = get_settings().public_base_url
+    return f"{base.rstrip('/')}/evaluations/{eval_id}" if base else None
 
 
 def run_view(ev, max_attempts: int, queue: QueueInfo | None = None) -> RunView:
@@ -121,7 +158,7 @@ def run_view(ev, max_attempts: int, queue: QueueInfo | None = None) -> RunView:
     return RunView(id=ev.id, state=ev.state, head_sha=ev.head_sha, base_sha=ev.base_sha, base_ref=ev.base_ref,
                    attempt=ev.attempt, max_attempts=max_attempts, profile=ev.profile, trigger=ev.trigger.value,
                    requested_by=ev.requested_by, created_at=ev.created_at, duration_s=ev.duration_s, result=result,
-                   queue=queue, retrying=retrying)
+                   queue=queue, retrying=retrying, page_url=page_url(ev.id))
 
 
 def sticky_comment(*, current: RunView | None, earlier: list[RunView], awaiting_approval: bool,

@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     merge_method: Literal["merge", "squash", "rebase"] = "squash"
     dry_run: bool = False
 
+    # Dashboard, main's history and change points (issue 16; bot/web/pages.py, bot/history/).
+    public_base_url: str | None = None  # e.g. https://tokengate.example.org: links in comments and check runs
+    dashboard_private: Literal["off", "show"] = "off"  # private repositories' pages: 404, or shown to anyone
+    history_enabled: bool = True  # measure each merge to the default branch, scan for change points, bisect
+    history_profile: str | None = None  # profile of main measurements; None = eval.profile
+    changepoint_min_step: float = Field(0.02, ge=0)  # smaller level shifts are not reported
+
     @model_validator(mode="after")
     def _no_placeholder_secrets(self) -> "Settings":
         if self.environment != "development" and self.webhook_secret.strip().lower() in PLACEHOLDER_SECRETS:

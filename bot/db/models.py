@@ -170,3 +170,87 @@ class Round(Base):
     winner_pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id", ondelete="SET NULL"))
     winner_speedup: Mapped[float | None] = mapped_column(Float)
     outcome: Mapped[str | None] = mapped_column(Text)
+
+
+# ---- main's history, change points and bisection (the dashboard, issue 16) -------------------------
+
+class MainMeasurement(Base):
+    """One evaluation of a commit on the default branch: after a merge (`merge`, measured against its
+    first parent) or while bisecting a change point (`bisect`, measured against the last good commit).
+    Not an `Evaluation`: no pull request owns it, no check run or sticky comment follows it."""
+    __tablename__ = "main_measurements"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "merge" | "bisect"
+    sha: Mapped[str] = mapped_column(String(64))
+    base_sha: Mapped[str] = mapped_column(String(64))  # what it was measured against
+    pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id", ondelete="SET NULL"))
+    change_point_id: Mapped[int | None] = mapped_column(ForeignKey("change_points.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)  # queued|running|done|failed
+    profile: Mapped[str] = mapped_column(String(32))
+    celery_task_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    merged_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    worker_host: Mapped[str | None] = mapped_column(String(255))
+    verdict: Mapped[str | None] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)  # why it failed, for operators
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_kind: Mapped[str | None] = mapped_column(String(16))  # "gpu" (NVML) | "rss" (CPU evaluations)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # EvalResult.to_dict() as received
+
+    repository: Mapped[Repository] = relationship()
+    pull_request: Mapped[PullRequest | None] = relationship()
+    points: Mapped[list["HistoryPoint"]] = relationship(cascade="all, delete-orphan")
+
+
+class HistoryPoint(Base):
+    """One gate of one main measurement: what the history plots and the change-point job read."""
+    __tablename__ = "history_points"
+    __table_args__ = (UniqueConstraint("measurement_id", "model", "gate"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("main_measurements.id", ondelete="CASCADE"), index=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    sha: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    gate: Mapped[str] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(64))
+    tok_s: Mapped[float | None] = mapped_column(Float)  # the commit's median (None: not measured, see reason)
+    base_tok_s: Mapped[float | None] = mapped_column(Float)
+    rel_change: Mapped[float | None] = mapped_column(Float)  # vs what it was measured against
+    significant: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ChangePoint(Base):
+    """A level shift found in main's history of one gate; posted once, then bisected to one commit."""
+    __tablename__ = "change_points"
+    __table_args__ = (UniqueConstraint("repository_id", "model", "gate", "sha"),)  # the "posts once" key
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    gate: Mapped[str] = mapped_column(String(64))
+    sha: Mapped[str] = mapped_column(String(64))  # first measured commit at the new level
+    previous_sha: Mapped[str] = mapped_column(String(64))  # last measured commit at the old level
+    rel_step: Mapped[float] = mapped_column(Float)  # new level / old level - 1
+    false_alarm_rate: Mapped[float] = mapped_column(Float)  # the detector's stated rate per history
+    detected_at: Mapped[datetime] = mapped_column(default=utcnow)
+    state: Mapped[str] = mapped_column(String(16), default="bisecting")  # bisecting|named|unresolved
+    good_sha: Mapped[str] = mapped_column(String(64))  # the bisection's bracket: good < culprit <= bad
+    bad_sha: Mapped[str] = mapped_column(String(64))
+    culprit_sha: Mapped[str | None] = mapped_column(String(64))
+    pull_request_number: Mapped[int | None] = mapped_column(Integer)  # where it was posted (the merged PR)
+    issue_number: Mapped[int | None] = mapped_column(Integer)
+    comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    repository: Mapped[Repository] = relationship()
+
+
+class RepositoryVisibility(Base):
+    """Whether a repository is private, as GitHub said when the dashboard first needed to know."""
+    __tablename__ = "repository_visibility"
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    private: Mapped[bool] = mapped_column(Boolean)
+    checked_at: Mapped[datetime] = mapped_column(default=utcnow)

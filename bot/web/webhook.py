@@ -28,6 +28,8 @@ EVENTS = {"pull_request", "issue_comment", "check_run", "installation", "install
 
 def create_app() -> FastAPI:
     app = FastAPI(title="tokengate", docs_url=None, redoc_url=None, openapi_url=None)
+    from bot.web.pages import router as pages  # the dashboard (issue 16)
+    app.include_router(pages)
 
     @app.get("/healthz")
     def healthz() -> dict:

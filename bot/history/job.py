@@ -1,0 +1,149 @@
+"""The change-point job: after a main measurement lands, scan each gate's history, post a new change
+once, and bisect it by measuring midpoints until one commit is named."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from celery import Celery
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.db.models import ChangePoint, HistoryPoint, MainMeasurement, Repository
+from bot.history import commits, detect
+from bot.history.measure import queue_measurement
+from bot.render import render
+from bot.settings import Settings
+
+log = logging.getLogger(__name__)
+GhRepo = Callable[[Repository], object]  # repository row → PyGithub Repository (lazy)
+
+
+def series(session: Session, repo_id: int, model: str, gate: str) -> list[HistoryPoint]:
+    """Main's measured points of one gate, in merge order (bisection measurements are not history)."""
+    return list(session.scalars(
+        select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
+        .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
+               MainMeasurement.kind == "merge", MainMeasurement.state == "done", HistoryPoint.tok_s.is_not(None))
+        .order_by(MainMeasurement.id)))
+
+
+def gates_of(session: Session, repo_id: int) -> list[tuple[str, str]]:
+    rows = session.execute(select(HistoryPoint.model, HistoryPoint.gate).where(HistoryPoint.repository_id == repo_id)
+                           .distinct().order_by(HistoryPoint.model, HistoryPoint.gate))
+    def order(mg):  # decode@32 before decode@160: the context as a number
+        kind, _, ctx = mg[1].partition("@")
+        return mg[0], kind, int(ctx) if ctx.isdigit() else 0, mg[1]
+    return sorted(((m, g) for m, g in rows), key=order)
+
+
+def history_url(settings: Settings, repo: Repository, model: str, gate: str, cp_id: int | None = None) -> str | None:
+    if not settings.public_base_url:
+        return None
+    base = settings.public_base_url.rstrip("/")
+    return f"{base}/repos/{repo.full_name}/history?model={model}&gate={gate}" + (f"#cp-{cp_id}" if cp_id else "")
+
+
+def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, repo: Repository) -> list[ChangePoint]:
+    """Every gate's history → new change points (posted once, bisection queued)."""
+    found = []
+    for model, gate in gates_of(session, repo.id):
+        points = series(session, repo.id, model, gate)
+        known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
+                                                                 ChangePoint.model == model,
+                                                                 ChangePoint.gate == gate)))
+        for change in detect.detect([p.tok_s for p in points], settings.changepoint_min_step):
+            near = {p.sha for p in points[max(0, change.index - detect.MIN_SEGMENT):change.index + detect.MIN_SEGMENT]}
+            if near & known:
+                continue  # the same shift, located one commit over now that more points are in
+            cp = ChangePoint(repository_id=repo.id, model=model, gate=gate, sha=points[change.index].sha,
+                             previous_sha=points[change.index - 1].sha, rel_step=change.rel_step,
+                             false_alarm_rate=detect.FALSE_ALARM_RATE, state="bisecting",
+                             good_sha=points[change.index - 1].sha, bad_sha=points[change.index].sha)
+            session.add(cp)
+            session.flush()
+            known.add(cp.sha)
+            post(session, settings, gh_repo, repo, cp)
+            advance(session, settings, celery, gh_repo, repo, cp)  # may commit (a task was sent): lock again
+            repo = session.get(Repository, repo.id, with_for_update=True, populate_existing=True)
+            found.append(cp)
+    return found
+
+
+def post(session: Session, settings: Settings, gh_repo: GhRepo, repo: Repository, cp: ChangePoint) -> None:
+    """One post per change point: a comment on the merged PR that introduced it (an issue when no PR is
+    known), edited in place as the bisection narrows the range."""
+    intro = session.scalar(select(MainMeasurement).where(MainMeasurement.repository_id == repo.id,
+                                                         MainMeasurement.kind == "merge",
+                                                         MainMeasurement.sha == cp.sha))
+    pr = intro.pull_request if intro is not None else None
+    body = render("change_point.md.j2", cp=cp, repo=repo, pr=pr,
+                  url=history_url(settings, repo, cp.model, cp.gate, cp.id))
+    title = f"tokengate: {cp.model} {cp.gate} moved {cp.rel_step:+.1%} on {repo.default_branch}"
+    gh = gh_repo(repo)
+    if cp.comment_id is not None:
+        gh.get_issue(cp.pull_request_number or cp.issue_number).get_comment(cp.comment_id).edit(body)
+    elif cp.issue_number is not None:
+        gh.get_issue(cp.issue_number).edit(body=body)
+    elif pr is not None:
+        cp.pull_request_number = pr.number
+        cp.comment_id = gh.get_issue(pr.number).create_comment(body).id
+    else:
+        cp.issue_number = gh.create_issue(title=title, body=body).number
+
+
+def advance(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, repo: Repository,
+            cp: ChangePoint) -> None:
+    """Name the commit when one is left in (good, bad]; otherwise measure the midpoint against good."""
+    try:
+        between = commits.commits_between(repo.clone_url, cp.good_sha, cp.bad_sha)
+    except commits.GitError as exc:
+        cp.state, cp.detail = "unresolved", f"could not list commits: {exc}"
+        post(session, settings, gh_repo, repo, cp)
+        return
+    if len(between) <= 1:
+        cp.state, cp.culprit_sha = "named", (between[0] if between else cp.bad_sha)
+        post(session, settings, gh_repo, repo, cp)
+        return
+    mid = between[(len(between) - 1) // 2]
+    queue_measurement(session, settings, celery, repo, kind="bisect", sha=mid, base_sha=cp.good_sha,
+                      change_point_id=cp.id)
+
+
+def is_bad(rel_change: float, rel_step: float) -> bool:
+    """A midpoint has the change when its move from good is closer to the step than to no move."""
+    return abs(rel_change - rel_step) < abs(rel_change)
+
+
+def bisect_step(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, m: MainMeasurement) -> str:
+    cp = session.get(ChangePoint, m.change_point_id, with_for_update=True)
+    repo = session.get(Repository, m.repository_id)
+    if cp is None or cp.state != "bisecting":
+        return f"bisection measurement {m.id}: change point no longer bisecting"
+    point = next((p for p in m.points if p.model == cp.model and p.gate == cp.gate), None)
+    if m.state != "done" or point is None or point.rel_change is None:
+        cp.state = "unresolved"
+        cp.detail = f"measuring {m.sha[:7]} failed: {m.detail or (point.reason if point else 'gate not measured')}"
+        post(session, settings, gh_repo, repo, cp)
+        return cp.detail
+    bad = is_bad(point.rel_change, cp.rel_step)
+    if bad:
+        cp.bad_sha = m.sha
+    else:
+        cp.good_sha = m.sha
+    advance(session, settings, celery, gh_repo, repo, cp)
+    return f"change point {cp.id}: {m.sha[:7]} is {'bad' if bad else 'good'} ({point.rel_change:+.2%})"
+
+
+def after_measurement(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo,
+                      m: MainMeasurement) -> str:
+    """What a landed main measurement sets off: a history scan (merges) or the next bisection step."""
+    if m.kind == "bisect":
+        return bisect_step(session, settings, celery, gh_repo, m)
+    if m.state != "done":
+        return f"main measurement {m.id} failed: {m.detail}"
+    repo = session.get(Repository, m.repository_id, with_for_update=True)  # one scan per repository at a time
+    found = scan(session, settings, celery, gh_repo, repo)
+    return f"main measurement {m.id}: {len(found)} new change point(s)"
+
+

@@ -1,0 +1,117 @@
+"""Measure commits of main on the GPU queue: after each merge, and at bisection midpoints.
+
+Same queue path as a PR's evaluation (`tokengate.evaluate` on `gpu`, the result linked back to a
+`publish` task) but no pull request owns the job: it carries `history_id`, not `eval_id`, so the
+PR side (check runs, sticky comment, watchdog) never sees it.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+
+from celery import Celery, signature
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.db.models import HistoryPoint, MainMeasurement, PullRequest, Repository, utcnow
+from bot.history import commits
+from bot.settings import Settings
+from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
+from worker.records import EvalResult, Verdict
+
+log = logging.getLogger(__name__)
+
+RESULT_TASK = "tokengate.history_result"
+FAILURE_TASK = "tokengate.history_failed"
+EVALUATE = EVALUATE_TASK  # the gpu task's name (tests point it at a fake that reads the tree)
+
+
+def peak_memory(result: EvalResult) -> tuple[int | None, str | None]:
+    """The head revision's peak memory: NVML's GPU bytes when measured, else its process max RSS."""
+    head = (result.receipt.get("processes") or {}).get("head") or {}
+    if head.get("peak_gpu_memory_bytes") is not None:
+        return int(head["peak_gpu_memory_bytes"]), "gpu"
+    if head.get("max_rss_bytes") is not None:
+        return int(head["max_rss_bytes"]), "rss"
+    return None, None
+
+
+def queue_measurement(session: Session, settings: Settings, celery: Celery, repo: Repository, *, kind: str,
+                      sha: str, base_sha: str, pull_request: PullRequest | None = None,
+                      change_point_id: int | None = None, merged_at=None) -> MainMeasurement:
+    m = MainMeasurement(repository_id=repo.id, kind=kind, sha=sha, base_sha=base_sha,
+                        pull_request_id=pull_request.id if pull_request else None, change_point_id=change_point_id,
+                        state="queued", profile=settings.history_profile or settings.eval.profile,
+                        merged_at=merged_at, celery_task_id=str(uuid.uuid4()))
+    session.add(m)
+    session.flush()
+    job = {"repo_url": repo.clone_url, "repo_full_name": repo.full_name, "pr_number": None,
+           "base_ref": base_sha, "head_ref": sha, "base_sha": base_sha, "head_sha": sha, "profile": m.profile,
+           "models": list(settings.models) or None, "attempt": 1, "history_id": m.id,
+           "settings": settings.eval.model_dump(mode="json")}
+    task_id = m.celery_task_id
+    session.commit()  # the result may come back before this session would otherwise commit
+    celery.send_task(EVALUATE, args=[job], task_id=task_id, queue=GPU_QUEUE,
+                     link=signature(RESULT_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery),
+                     link_error=signature(FAILURE_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery))
+    return m
+
+
+def on_main_merged(session: Session, settings: Settings, celery: Celery, repo: Repository,
+                   pr: PullRequest | None, merge_sha: str, merged_at=None) -> MainMeasurement | None:
+    """The hook: a PR was merged into the default branch → measure the merge commit against its parent
+    (once per commit; a redelivered webhook finds the row)."""
+    if not settings.history_enabled or not repo.clone_url or not merge_sha:
+        return None
+    existing = session.scalar(select(MainMeasurement).where(MainMeasurement.repository_id == repo.id,
+                                                            MainMeasurement.kind == "merge",
+                                                            MainMeasurement.sha == merge_sha))
+    if existing is not None:
+        return existing
+    parent = commits.first_parent(repo.clone_url, merge_sha)
+    if parent is None:
+        return None
+    return queue_measurement(session, settings, celery, repo, kind="merge", sha=merge_sha, base_sha=parent,
+                             pull_request=pr, merged_at=merged_at or utcnow())
+
+
+def store_result(m: MainMeasurement, result: EvalResult) -> None:
+    m.result = result.to_dict()
+    m.verdict = result.verdict.value
+    m.duration_s = result.duration_s
+    m.finished_at = utcnow()
+    if result.verdict in (Verdict.INFRA, Verdict.BUILD_FAILED):
+        m.state, m.detail = "failed", result.summary
+        return
+    m.state = "done"
+    m.peak_memory_bytes, m.memory_kind = peak_memory(result)
+    m.points = [HistoryPoint(repository_id=m.repository_id, sha=m.sha, model=g.model, gate=g.gate, metric=g.metric,
+                             tok_s=g.head_median, base_tok_s=g.base_median, rel_change=g.rel_change,
+                             significant=g.significant, reason=g.reason) for g in result.gates]
+
+
+def accept(session: Session, measurement_id: int, task_id: str | None, result_dict: dict | None,
+           failure: str | None = None) -> MainMeasurement | str:
+    """Record what came back (a result, or the task's failure); a string says why it was ignored."""
+    m = session.get(MainMeasurement, measurement_id, with_for_update=True, populate_existing=True)
+    if m is None:
+        return f"main measurement {measurement_id} unknown"
+    if m.state not in ("queued", "running"):
+        return f"main measurement {measurement_id} is {m.state}: ignored"
+    if task_id is not None and task_id != m.celery_task_id:
+        return f"main measurement {measurement_id}: stale task {task_id} ignored"
+    if failure is not None:
+        m.state, m.detail, m.finished_at = "failed", failure[:2000], utcnow()
+        return m
+    try:
+        result = EvalResult.from_dict(result_dict or {})
+    except (KeyError, TypeError, ValueError) as exc:
+        m.state, m.detail, m.finished_at = "failed", f"malformed result: {type(exc).__name__}: {exc}", utcnow()
+        return m
+    if result.head_sha != m.sha or result.base_sha != m.base_sha:
+        # e.g. the worker's result cache, keyed without the base, answered for another base
+        m.state, m.finished_at = "failed", utcnow()
+        m.detail = (f"asked {m.base_sha[:7]}..{m.sha[:7]}, got {result.base_sha[:7]}..{result.head_sha[:7]}")
+        return m
+    store_result(m, result)
+    return m

@@ -1,0 +1,53 @@
+"""Publish-side Celery tasks of main's history (registered on the shared app when imported)."""
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from bot.db.engine import session_scope
+from bot.db.models import MainMeasurement, Repository
+from bot.history import job, measure
+from worker.queue.app import app
+
+log = logging.getLogger(__name__)
+
+
+def _gh_repo(repo):
+    from bot.github.client import get_github_app
+    if repo.installation_id is None:
+        raise ValueError(f"{repo.full_name}: no installation on record, cannot authenticate")
+    return get_github_app().client(repo.installation_id).get_repo(repo.full_name)
+
+
+def _land(measurement_id: int, task_id: str | None, result: dict | None, failure: str | None) -> str:
+    from bot.queue.app import celery_app
+    from bot.settings import get_settings
+    with session_scope() as session:
+        # Lock order: repository, then measurement (the history rows' foreign keys share-lock the repository,
+        # and the change-point scan takes it for update: one scan per repository at a time).
+        repo_id = session.scalar(select(MainMeasurement.repository_id).where(MainMeasurement.id == measurement_id))
+        if repo_id is not None:
+            session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
+        m = measure.accept(session, measurement_id, task_id, result, failure)
+        if isinstance(m, str):
+            return m
+        session.flush()
+        outcome = job.after_measurement(session, get_settings(), celery_app(), _gh_repo, m)
+    log.info("main measurement %s: %s", measurement_id, outcome)
+    return outcome
+
+
+@app.task(name=measure.RESULT_TASK, autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=5)
+def history_result(result: dict, measurement_id: int, task_id: str | None = None) -> str:
+    return _land(measurement_id, task_id, result, None)
+
+
+@app.task(name=measure.FAILURE_TASK)
+def history_failed(*args) -> str:
+    """Errback: (failed_task_id, measurement_id, task_id) via the broker, or (request, exc, tb, …) in-process."""
+    *head, measurement_id, task_id = args
+    detail = "the evaluation task failed"
+    if len(head) >= 2 and isinstance(head[1], BaseException):
+        detail = f"{type(head[1]).__name__}: {head[1]}"
+    return _land(measurement_id, task_id, None, detail)

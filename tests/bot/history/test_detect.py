@@ -1,0 +1,43 @@
+"""The detector on synthetic histories: a planted step is found at its commit; A/A histories stay quiet
+at the stated rate."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bot.history import detect
+
+
+@pytest.mark.parametrize("at,step,n", [(20, -0.05, 40), (9, 0.04, 15), (30, -0.03, 36)])
+def test_planted_step_is_found_at_its_commit(at, step, n):
+    rng = np.random.default_rng(at)
+    values = 400 * np.exp(0.008 * rng.standard_normal(n))
+    values[at:] *= 1 + step
+    changes = detect.detect(list(values), min_rel_step=0.02)
+    assert [c.index for c in changes] == [at]
+    assert changes[0].rel_step == pytest.approx(step, abs=0.01)
+
+
+def test_step_below_the_minimum_is_not_reported():
+    values = [400.0] * 10 + [396.0] * 10  # a clean -1 % shift
+    assert detect.detect(values, min_rel_step=0.02) == []
+    assert [c.index for c in detect.detect(values, min_rel_step=0.005)] == [10]
+
+
+def test_too_short_or_invalid_histories_raise_nothing():
+    assert detect.detect([400, 300, 200]) == []
+    assert detect.detect([400.0] * 5 + [float("nan")] * 5) == []
+
+
+@pytest.mark.parametrize("noise", ["gauss", "t"])
+def test_aa_histories_false_alarm_rate_is_within_the_stated_rate(noise):
+    # 200 histories where nothing changes: the stated 1 % allows ~2; a rate 3 σ above it fails.
+    rate = detect.false_alarm_rate(200, seed=7, noise=noise)
+    assert rate <= detect.FALSE_ALARM_RATE + 3 * (detect.FALSE_ALARM_RATE / 200) ** 0.5
+
+
+def test_a_split_forced_by_the_minimum_segment_is_not_claimed_yet():
+    # Six commits, the step before the fifth: PELT's 3-commit minimum can only split before the fourth.
+    assert detect.detect([400.0, 401, 399, 400, 370, 371], min_rel_step=0.02) == []
+    # One more commit at the new level: now there are three on each side of the least-squares place.
+    assert [c.index for c in detect.detect([400.0, 401, 399, 400, 370, 371, 369], min_rel_step=0.02)] == [4]
