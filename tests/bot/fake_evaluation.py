@@ -17,6 +17,8 @@ from collections.abc import Callable
 from urllib.parse import urlparse
 
 from worker.queue.app import EVALUATE_TASK
+# Imported before install() replaces the task it registers (a later first import would put the real one back).
+from worker.queue.tasks import sign_result
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
 
 BLOCK_TIMEOUT_S = 20.0
@@ -77,6 +79,13 @@ def _message(repo_url: str, sha: str) -> str:
 
 
 def fake_evaluate(job: dict) -> dict:
+    """Signed like the real task (worker.queue.tasks.sign_result, this worker's env key)."""
+    from celery import current_task
+    task_id = current_task.request.id if current_task else None
+    return sign_result(_fake_evaluate(job), job, task_id)
+
+
+def _fake_evaluate(job: dict) -> dict:
     message = _message(job["repo_url"], job["head_sha"])
     if "crash" in message:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

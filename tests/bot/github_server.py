@@ -67,6 +67,7 @@ class PullState:
     state: str = "open"
     merged: bool = False
     merge_commit_sha: str | None = None
+    updated_at: str | None = None  # GitHub's pull_request.updated_at (None: the example's)
 
 
 @dataclass
@@ -180,6 +181,8 @@ class FakeGitHub:
                     state=pr.state, merged=pr.merged, merge_commit_sha=pr.merge_commit_sha,
                     labels=[self._label_json(n) for n in pr.labels], mergeable=True, rebaseable=True,
                     mergeable_state="clean", requested_teams=[], draft=False, auto_merge=None)
+        if pr.updated_at:
+            body["updated_at"] = pr.updated_at
         if not pr.merged:
             body.update(merged_at=None, merged_by=None, closed_at=None if pr.state == "open" else body["closed_at"])
         return body
@@ -271,6 +274,7 @@ class FakeGitHub:
         ("GET", r"/app", "apps/get-authenticated"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)", "repos/get"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/pulls/(?P<n>\d+)", "pulls/get"),
+        ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/compare/(?P<base>[^.]+)\.\.\.(?P<head>.+)", "repos/compare-commits"),
         ("PUT", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/pulls/(?P<n>\d+)/merge", "pulls/merge"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/issues/(?P<n>\d+)", "issues/get"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/issues/(?P<n>\d+)/comments", "issues/list-comments"),
@@ -304,6 +308,19 @@ class FakeGitHub:
                                                                            match.groupdict().items()})
                     return status, response, op
         return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, "unknown"
+
+    def op_repos_compare_commits(self, o, r, base, head, query, body):
+        """status/ahead_by/behind_by from the real git repository (the rest of the documented body omitted)."""
+        repo = self._repo(o, r)
+        try:
+            behind, ahead = (int(x) for x in git(repo.path, "rev-list", "--left-right", "--count",
+                                                 f"{base}...{head}").split())
+        except Exception:  # noqa: BLE001 - unknown commit
+            return 404, {"message": "Not Found"}
+        status = ("identical" if not (ahead or behind) else "ahead" if not behind else "behind" if not ahead
+                  else "diverged")
+        return 200, {"url": f"{self.base_url}/repos/{repo.full_name}/compare/{base}...{head}", "status": status,
+                     "ahead_by": ahead, "behind_by": behind, "total_commits": ahead, "commits": [], "files": []}
 
     def _check_jwt(self, auth: str) -> str | None:
         if not auth.startswith("Bearer "):
