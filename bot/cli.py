@@ -57,6 +57,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         _import_optional("worker.queue.tasks")
     argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
             "--loglevel", args.log_level.upper(), "-n", args.name]
+    if "publish" not in queues:
+        # A GPU worker's broker user reaches only its queue, results and its own mailbox (bot/queue/acl.py):
+        # no gossip or mingle with the other workers (their celeryev/reply queues are not its keys).
+        argv += ["--without-gossip", "--without-mingle"]
     if args.beat:
         if "publish" not in queues:
             raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")

@@ -10,7 +10,7 @@ from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 from requests.exceptions import RequestException
 from sqlalchemy.exc import OperationalError
-from structlog.contextvars import bind_contextvars, bound_contextvars
+from structlog.contextvars import bound_contextvars
 
 from bot import metrics
 from bot.db.engine import session_scope
@@ -68,9 +68,9 @@ def _handle(delivery_id: str) -> str:
         event, payload = delivery.event, delivery.payload or {}
         repo = (payload.get("repository") or {}) if isinstance(payload, dict) else {}
         pull = (payload.get("pull_request") or payload.get("issue") or {}) if isinstance(payload, dict) else {}
-        bind_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number"))
         try:
-            outcome = Handlers(Service()).dispatch(session, event, payload)
+            with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
+                outcome = Handlers(Service()).dispatch(session, event, payload)
         except NoInstallation as exc:
             outcome = f"not installed: {exc}"
         except GithubException as exc:

@@ -6,6 +6,8 @@ returns an `EvalResult.to_dict()`. What it "measures" is chosen by the head comm
   "slow"  → REJECT (a significant decode regression)      "xl"    → XL (+45 % decode)
   "infra" → INFRA (foreign GPU process) on every attempt  "flaky" → INFRA on attempt 1, then XL
   "crash" → the task raises (worker-side failure)          "block" → waits for a Redis key, then XL
+                                                            (`tokengate:result:release:<sha>`: a key the
+                                                            GPU worker's broker user may read)
   "xl:60" → XL with +60 % (any percentage)                  anything else → none (within noise)
 """
 from __future__ import annotations
@@ -96,7 +98,7 @@ def _fake_evaluate(job: dict) -> dict:
         client = redis.Redis.from_url(conf.broker_url)
         prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
-        while not client.exists(f"{prefix}release:{job['head_sha']}") and time.monotonic() < deadline:
+        while not client.exists(f"{prefix}tokengate:result:release:{job['head_sha']}") and time.monotonic() < deadline:
             time.sleep(0.05)
     kind = "none"
     for word in ("slow", "xl", "infra", "block"):

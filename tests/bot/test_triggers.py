@@ -19,7 +19,7 @@ def sticky(github) -> list[dict]:
 
 
 def release(settings, sha: str) -> None:
-    redis.Redis.from_url(settings.broker_url).set(f"{settings.redis_key_prefix}release:{sha}", 1, ex=60)
+    redis.Redis.from_url(settings.broker_url).set(f"{settings.redis_key_prefix}tokengate:result:release:{sha}", 1, ex=60)
 
 
 def running(eval_index: int = 0):

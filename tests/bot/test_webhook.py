@@ -77,7 +77,7 @@ def test_duplicate_events_with_new_delivery_ids_do_not_duplicate_evaluations(set
     assert len(evaluations()) == 1
     import redis
     broker, prefix = settings.broker_url, settings.redis_key_prefix
-    redis.Redis.from_url(broker).set(f"{prefix}release:{evaluations()[0].head_sha}", 1, ex=60)
+    redis.Redis.from_url(broker).set(f"{prefix}tokengate:result:release:{evaluations()[0].head_sha}", 1, ex=60)
     wait_until(lambda: not evaluations()[0].state.active, what="evaluation")
 
 
