@@ -26,7 +26,8 @@ DRAIN_BATCH = 500
 def send(delivery_id: str) -> None:
     """Queue the handle task now, without waiting on an unreachable broker (raises instead)."""
     from bot.queue.app import celery_app
-    celery_app().send_task(HANDLE_TASK, args=[delivery_id], queue="publish", retry=False)
+    # ignore_result: no subscription to a result channel (that alone waits ~20 s on a dead Redis).
+    celery_app().send_task(HANDLE_TASK, args=[delivery_id], queue="publish", retry=False, ignore_result=True)
 
 
 def due(session: Session, now: datetime, limit: int = DRAIN_BATCH) -> list[Delivery]:

@@ -105,6 +105,29 @@ class FakeGitHub:
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
+    # ---- faults -------------------------------------------------------------------------------------
+    outage_until: float = 0.0  # time.monotonic() before which every request gets a 503
+    resets: int = 0  # the next N writes are reset (after the server applied them when resets_after_write)
+    resets_after_write: bool = True
+    outages_served: int = 0
+    resets_done: int = 0
+
+    def outage(self, seconds: float) -> None:
+        import time
+        self.outage_until = time.monotonic() + seconds
+
+    def fault_for(self, method: str) -> str | None:
+        import time
+        with self.lock:
+            if time.monotonic() < self.outage_until:
+                self.outages_served += 1
+                return "outage"
+            if self.resets > 0 and method != "GET":
+                self.resets -= 1
+                self.resets_done += 1
+                return "reset-after" if self.resets_after_write else "reset-before"
+        return None
+
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "FakeGitHub":
         self._thread.start()
@@ -232,10 +255,29 @@ class FakeGitHub:
             def log_message(self, *args):  # quiet
                 pass
 
+            def _reset(self) -> None:
+                """Drop the connection with a TCP RST: the client sees ECONNRESET, no response."""
+                import socket
+                import struct
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+
             def _serve(self, method: str):
                 url = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                fault = fake.fault_for(method)
+                if fault == "outage":
+                    out = b'{"message": "Service Unavailable"}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    return
+                if fault == "reset-before":
+                    return self._reset()
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:
@@ -246,6 +288,8 @@ class FakeGitHub:
                 with fake.lock:
                     fake.requests.append(Recorded(method, url.path, parse_qs(url.query), body, status,
                                                   json.loads(out) if out else None, operation))
+                if fault == "reset-after":  # done on the server, the answer lost on the way
+                    return self._reset()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(out)))
