@@ -110,7 +110,9 @@ def receive(body: bytes, headers) -> JSONResponse:
     try:
         with session_scope() as session:
             now = utcnow()
-            session.add(Delivery(id=delivery_id, event=event, action=action, payload=scrub(payload),
+            # A NUL can only be in the payload as the JSON escape \u0000: walk it only then.
+            clean = scrub(payload) if b"\\u0000" in body else payload
+            session.add(Delivery(id=delivery_id, event=event, action=action, payload=clean,
                                  body_sha256=digest, received_at=now,
                                  next_attempt_at=now + timedelta(seconds=settings.outbox_redrive_after_s)))
         stored = "queued"

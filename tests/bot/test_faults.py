@@ -312,6 +312,26 @@ def test_every_github_example_payload_is_handled(settings, celery_worker, github
         assert row.failed_at is None and row.attempts == 0, (name, row.last_error)
 
 
+def test_a_repository_is_its_id_renamed_or_re_created(settings, celery_worker, github, remote, send):
+    """GitHub's examples name Codertocat/Hello-World with id 186853002; our server's has another id (deleted
+    and re-created); then it is renamed. Every event is handled, under the id GitHub sends."""
+    from bot.db.models import Repository
+    example = json.loads((PAYLOADS / "pull_request.labeled.json").read_text())
+    d0 = send("pull_request", example).json()["delivery"]
+    wait_until(lambda: processed(d0), what="example handled")
+    remote.commit("changes", "speed up (xl)")
+    d1 = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: processed(d1), what="re-created repository handled")
+    assert delivery(d1).attempts == 0 and "queued" in processed(d1).outcome
+    renamed = pr_payload(github, remote, "labeled", label="not-ours")
+    renamed["repository"]["full_name"] = "Codertocat/Renamed"
+    d2 = send("pull_request", renamed).json()["delivery"]
+    wait_until(lambda: processed(d2), what="renamed repository handled")
+    with session_scope() as s:
+        names = {r.id: r.full_name for r in s.scalars(select(Repository))}
+    assert names[1296269] == "Codertocat/Renamed" and names[186853002].startswith("Codertocat/Hello-World (gone")
+
+
 def test_hostile_payloads_are_answered_and_handled_without_a_crash(settings, celery_worker, github, remote,
                                                                    client, send):
     remote.commit("changes", "speed up (xl)")
