@@ -74,13 +74,13 @@ def denied(client, *command) -> bool:
 def test_gpu_user_consumes_gpu_and_writes_results_only(users):
     urls, names, prefix, admin = users
     gpu_app = make_app("acl-gpu", urls["gpu"], prefix)
+    gpu_app.finalize(auto=True)  # shared tasks first: the real evaluate (if imported) would keep the name
+    gpu_app.tasks.pop(EVALUATE_TASK, None)  # app.task() returns an existing task of that name, not ours
 
     @gpu_app.task(name=EVALUATE_TASK, shared=False)
     def evaluate(job: dict) -> dict:  # the worker's side of it: beat (task_prerun signal), return a record
         time.sleep(0.3)
         return {"verdict": "XL", "eval_id": job["eval_id"]}
-    # worker.queue.tasks' shared task of the same name, when imported, would take the name on every app.
-    gpu_app.tasks[EVALUATE_TASK] = evaluate
 
     web_app = make_app("acl-web", urls["web"], prefix)
     with start_worker(gpu_app, pool="solo", perform_ping_check=False, queues=[GPU_QUEUE], loglevel="WARNING",
