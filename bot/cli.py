@@ -10,14 +10,23 @@ import importlib
 import sys
 
 
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from bot import logs
     from bot.settings import get_settings
     from bot.web.webhook import create_app
-    get_settings().require_github()
+    settings = get_settings()
+    if settings.placeholder_secret() and args.host not in LOOPBACK:
+        raise SystemExit(f"tokengate serve: TOKENGATE_WEBHOOK_SECRET is a placeholder ({settings.webhook_secret!r}); "
+                         f"anyone could sign webhooks. Set a real secret, or bind to 127.0.0.1 for development.")
+    settings.require_github()
+    logs.configure(args.log_level)
     uvicorn.run(create_app(), host=args.host, port=args.port, workers=1, log_level=args.log_level,
-                access_log=False)
+                access_log=True, log_config=None)
     return 0
 
 
@@ -29,6 +38,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     unknown = set(queues) - {"gpu", "publish"}
     if unknown:
         raise SystemExit(f"unknown queue(s) {sorted(unknown)}: choose gpu and/or publish")
+    from bot import logs
+    logs.configure(args.log_level)
     app = celery_app()
     # --include'd modules first: one that registers the evaluation task stands in for the pipeline's
     # (tests run a fake `tokengate.evaluate` this way), so worker.queue.tasks is then not imported at all.
@@ -37,10 +48,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if "publish" in queues:
         get_settings().require_github()  # only the publish side holds credentials
         importlib.import_module("bot.queue.tasks")
+        if get_settings().metrics_port:  # this worker's counters (GitHub API errors, rate limit)
+            from prometheus_client import start_http_server
+
+            from bot.metrics import REGISTRY
+            start_http_server(get_settings().metrics_port, registry=REGISTRY)
     if "gpu" in queues and EVALUATE_TASK not in app.tasks:
         _import_optional("worker.queue.tasks")
     argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
             "--loglevel", args.log_level.upper(), "-n", args.name]
+    if "publish" not in queues:
+        # A GPU worker's broker user reaches only its queue, results and its own mailbox (bot/queue/acl.py):
+        # no gossip or mingle with the other workers (their celeryev/reply queues are not its keys).
+        argv += ["--without-gossip", "--without-mingle"]
     if args.beat:
         if "publish" not in queues:
             raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")
@@ -71,6 +91,39 @@ def cmd_db_downgrade(args: argparse.Namespace) -> int:
     from bot.db import migrate
     from bot.settings import get_settings
     migrate.downgrade(args.url or get_settings().database_url, args.revision)
+    return 0
+
+
+def cmd_deliveries_list(args: argparse.Namespace) -> int:
+    """Deliveries not processed yet (waiting or given up on), oldest first; --all includes processed ones."""
+    from sqlalchemy import select
+
+    from bot.db.engine import session_scope
+    from bot.db.models import Delivery
+    with session_scope() as session:
+        q = select(Delivery).order_by(Delivery.received_at).limit(args.limit)
+        if not args.all:
+            q = q.where(Delivery.processed_at.is_(None))
+        rows = list(session.scalars(q))
+    for d in rows:
+        status = "processed" if d.processed_at else "failed" if d.failed_at else "waiting"
+        print(f"{d.id}\t{d.event}.{d.action or '-'}\t{status}\tattempts={d.attempts}\t"
+              f"received={d.received_at:%Y-%m-%dT%H:%M:%SZ}\t{(d.last_error or d.outcome or '')[:120]}")
+    print(f"{len(rows)} deliver{'y' if len(rows) == 1 else 'ies'}", file=sys.stderr)
+    return 0
+
+
+def cmd_deliveries_requeue(args: argparse.Namespace) -> int:
+    """Send unprocessed deliveries (by id, or all; --failed: only those given up on) to the publish queue."""
+    from bot.db.engine import session_scope
+    from bot.queue import outbox
+    if not args.ids and not args.all and not args.failed:
+        raise SystemExit("tokengate deliveries requeue: name delivery ids, or --failed, or --all")
+    with session_scope() as session:
+        sent = outbox.requeue(session, args.ids or None, failed_only=args.failed)
+    for delivery_id in sent:
+        print(delivery_id)
+    print(f"{len(sent)} requeued", file=sys.stderr)
     return 0
 
 
@@ -123,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("revision", nargs="?", default="base")
     p.add_argument("--url")
     p.set_defaults(func=cmd_db_downgrade)
+
+    dl = sub.add_parser("deliveries", help="webhook deliveries (the outbox)").add_subparsers(
+        dest="deliveries_command", required=True)
+    p = dl.add_parser("list", help="deliveries not processed yet (waiting or given up on)")
+    p.add_argument("--all", action="store_true", help="processed ones too")
+    p.add_argument("--limit", type=int, default=200)
+    p.set_defaults(func=cmd_deliveries_list)
+    p = dl.add_parser("requeue", help="send unprocessed deliveries to the publish queue again")
+    p.add_argument("ids", nargs="*")
+    p.add_argument("--failed", action="store_true", help="those given up on after their retries")
+    p.add_argument("--all", action="store_true", help="every unprocessed delivery")
+    p.set_defaults(func=cmd_deliveries_requeue)
 
     rounds = sub.add_parser("round", help="merge-first rounds").add_subparsers(dest="round_command", required=True)
     p = rounds.add_parser("close", help="close the open round of a repository and merge its winner")

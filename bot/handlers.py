@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,24 +18,39 @@ from bot.github import publish
 from bot.enums import RERUN_ACTION_ID, Command, EvalState, Trigger
 from bot.db.models import Evaluation, PullRequest, Repository, utcnow
 from bot.rounds import open_round
-from bot.service import Service
+from bot.service import Service, login_of, parse_time
 from bot.history import on_main_merged
 
 log = logging.getLogger(__name__)
 
-COMMAND_RE = re.compile(r"^\s*/eval(?:\s+(?P<sub>[a-z]+))?\s*$", re.IGNORECASE | re.MULTILINE)
+COMMAND_RE = re.compile(r"^[ \t]*/eval(?:[ \t]+(?:(?P<sha>[0-9a-f]{7,40})|(?P<sub>[a-z]+)))?[ \t]*$",
+                        re.IGNORECASE | re.MULTILINE)
 
 
-def parse_command(body: str | None) -> Command | None:
-    """`/eval`, `/eval rerun`, `/eval cancel`, `/eval status` on a line of their own; anything else is None."""
-    m = COMMAND_RE.search(body or "")
+def parse_request(body) -> tuple[Command, str | None] | None:
+    """`/eval`, `/eval <sha>`, `/eval rerun`, `/eval cancel`, `/eval status` on a line of their own."""
+    m = COMMAND_RE.search(body if isinstance(body, str) else "")
     if not m:
         return None
-    sub = (m.group("sub") or "eval").lower()
+    if m.group("sha"):
+        return Command.EVAL, m.group("sha").lower()
     try:
-        return Command(sub)
+        return Command((m.group("sub") or "eval").lower()), None
     except ValueError:
         return None
+
+
+def parse_command(body) -> Command | None:
+    parsed = parse_request(body)
+    return parsed[0] if parsed else None
+
+
+def head_seen_by(pr: PullRequest, at: datetime | None) -> str | None:
+    """The newest head pushed before `at` (what a maintainer commenting then could have seen)."""
+    if at is None:
+        return None
+    seen = [sha for sha, first in (pr.head_history or []) if (parse_time(first) or at) <= at]
+    return seen[-1] if seen else None
 
 
 class Handlers:
@@ -69,7 +85,10 @@ class Handlers:
             PullRequest.repository_id == repo.id, PullRequest.number == payload["pull_request"]["number"])
             .with_for_update())
         pr = self.service.upsert_pull(session, repo, payload["pull_request"])
-        sender = (payload.get("sender") or {}).get("login", "")
+        if pr.id in session.info.get("stale_pulls", ()):
+            return (f"{action}: payload head {payload['pull_request']['head']['sha'][:7]} is older than the stored "
+                    f"{pr.head_sha[:7]}: ignored")
+        sender = login_of(payload.get("sender"))
 
         if action == "closed":
             pr.is_open = False
@@ -100,7 +119,7 @@ class Handlers:
             self.service.request_evaluation(session, pr, Trigger.APPROVAL)
             return f"{action}: approved head, evaluation queued"
         # Untrusted author and this head is not approved: the approval must be given again.
-        labels = [label["name"] for label in payload["pull_request"].get("labels", [])]
+        labels = [(label or {}).get("name") for label in payload["pull_request"].get("labels") or []]
         if self.settings.approval_label in labels:
             publish.remove_label(self.service.gh_repo(repo), pr.number, self.settings.approval_label)
         pr.approved_sha = None
@@ -124,14 +143,16 @@ class Handlers:
     def issue_comment(self, session: Session, payload: dict) -> str:
         if payload.get("action") != "created":
             return f"ignored issue_comment.{payload.get('action')}"
-        issue = payload["issue"]
+        issue = payload.get("issue") or {}
         if not issue.get("pull_request"):
             return "comment on an issue, not a pull request"
-        command = parse_command(payload["comment"].get("body"))
-        if command is None:
+        comment = payload.get("comment") or {}
+        parsed = parse_request(comment.get("body"))
+        if parsed is None:
             return "no command"
-        commenter = payload["comment"]["user"]["login"]
-        if payload["comment"]["user"].get("type") == "Bot":
+        command, sha = parsed
+        commenter = login_of(comment.get("user"))
+        if (comment.get("user") or {}).get("type") == "Bot":
             return "comment by a bot"
         repo = self._repo(session, payload)
         gh = self.service.gh_repo(repo)
@@ -146,27 +167,35 @@ class Handlers:
         if command is Command.STATUS:
             self.service.refresh_sticky(session, pr)
             return "status refreshed"
-        # /eval and /eval rerun: a maintainer asking is also an approval of this head.
+        # /eval approves the head the maintainer could have seen (pushed before the comment), or the named one.
+        approved = sha if sha else head_seen_by(pr, parse_time(comment.get("created_at")))
+        if approved is None or not pr.head_sha.startswith(approved):
+            publish.reply(gh, pr.number, render.render("eval_head_moved.md.j2", login=commenter,
+                                                       head_sha=pr.head_sha, approved=approved))
+            return (f"/eval by {commenter} approved {(approved or 'no head')[:7]}, but the head is "
+                    f"{pr.head_sha[:7]}: nothing queued")
         pr.approved_sha = pr.head_sha
         pr.awaiting_approval = False
         ev = self.service.request_evaluation(session, pr, Trigger.COMMAND, requested_by=commenter)
-        return f"/eval {command.value} by {commenter}: evaluation {ev.id}"
+        return f"/eval {command.value} by {commenter} at {pr.head_sha[:7]}: evaluation {ev.id}"
 
     # ---- check_run ------------------------------------------------------------------------------
     def check_run(self, session: Session, payload: dict) -> str:
         action = payload.get("action")
-        run = payload["check_run"]
+        run = payload.get("check_run") or {}
         if action == "requested_action" and (payload.get("requested_action") or {}).get("identifier") != RERUN_ACTION_ID:
             return "unknown requested action"
         if action not in ("rerequested", "requested_action"):
             return f"ignored check_run.{action}"
-        ev = session.scalar(select(Evaluation).where(Evaluation.check_run_id == run["id"]))
+        ev = session.scalar(select(Evaluation).where(Evaluation.check_run_id == run.get("id")))
         if ev is None:
-            return f"check run {run['id']} is not ours"
+            return f"check run {run.get('id')} is not ours"
         pr = self.service.lock_pull(session, ev.pull_request_id)
         if ev.head_sha != pr.head_sha:
             return f"check run for an old head {ev.head_sha[:7]}: ignored"
-        sender = (payload.get("sender") or {}).get("login")
+        sender = login_of(payload.get("sender"))
+        if not self.service.is_trusted(pr.repository, sender):
+            return f"re-run requested by {sender} without write access: refused"
         new = self.service.request_evaluation(session, pr, Trigger.CHECK_RERUN, requested_by=sender)
         return f"re-run requested by {sender}: evaluation {new.id}"
 

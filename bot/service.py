@@ -6,12 +6,13 @@ locked, so two publish tasks for one PR never race on its comment or labels.
 """
 from __future__ import annotations
 
+import hmac
 import logging
 import uuid
 from datetime import datetime, timezone
 
 from celery import Celery, signature
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from bot import render
@@ -30,11 +31,38 @@ from worker.records import EvalResult, InfraKind, Verdict
 log = logging.getLogger(__name__)
 
 RESULT_TASK = "tokengate.publish_result"
+HEAD_HISTORY = 20  # heads remembered per PR (which one a maintainer's /eval refers to)
 FAILURE_TASK = "tokengate.evaluation_failed"
 EARLIER_RUNS_SHOWN = 10
 
 
 _KEYS = {Installation: ("id",), Repository: ("id",), PullRequest: ("repository_id", "number")}
+
+
+def login_of(user) -> str:
+    """A user object's login; GitHub sends `null` for deleted accounts ("ghost")."""
+    return str((user or {}).get("login") or "ghost") if isinstance(user, dict) or user is None else "ghost"
+
+
+def aware(t: datetime | None) -> datetime | None:
+    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
+
+
+def parse_time(value) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return aware(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def iso(t: datetime) -> str:
+    return aware(t).isoformat()
+
+
+class NoInstallation(ValueError):
+    """An event for a repository we are not installed on: nothing to do, nothing to retry."""
 
 
 class InvalidTransition(RuntimeError):
@@ -74,7 +102,7 @@ class Service:
     # ---- GitHub handles -------------------------------------------------------------------------
     def gh_repo(self, repo: Repository):
         if repo.installation_id is None:
-            raise ValueError(f"{repo.full_name}: no installation on record, cannot authenticate")
+            raise NoInstallation(f"{repo.full_name}: no installation on record, cannot authenticate")
         return self.github.client(repo.installation_id).get_repo(repo.full_name)  # lazy: no request
 
     def is_trusted(self, repo: Repository, login: str) -> bool:
@@ -105,13 +133,17 @@ class Service:
         return inst
 
     def upsert_repository(self, session: Session, payload: dict, installation_id: int | None) -> Repository:
+        """By GitHub's id: a name now held by another id (renamed, deleted and re-created) is freed first."""
+        repo_id, full_name = int(payload["id"]), str(payload.get("full_name") or payload.get("name") or "")
         if installation_id is not None:
             self._ensure_row(session, Installation, id=installation_id,
-                             account_login=(payload.get("owner") or {}).get("login", ""), created_at=utcnow())
-        self._ensure_row(session, Repository, id=payload["id"], full_name=payload["full_name"],
+                             account_login=login_of(payload.get("owner")), created_at=utcnow())
+        session.execute(update(Repository).where(Repository.full_name == full_name, Repository.id != repo_id)
+                        .values(full_name=Repository.full_name + f" (gone: renamed or re-created, now id {repo_id})"))
+        self._ensure_row(session, Repository, id=repo_id, full_name=full_name,
                          default_branch=payload.get("default_branch") or "main")
-        repo = session.get(Repository, payload["id"], with_for_update=True, populate_existing=True)
-        repo.full_name = payload["full_name"]
+        repo = session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
+        repo.full_name = full_name
         repo.clone_url = payload.get("clone_url") or repo.clone_url
         repo.default_branch = payload.get("default_branch") or repo.default_branch or "main"
         if installation_id is not None:
@@ -119,24 +151,48 @@ class Service:
         return repo
 
     def upsert_pull(self, session: Session, repo: Repository, pr: dict) -> PullRequest:
+        """Store the PR as the payload shows it — unless the payload is older than what is stored: heads only
+        move forward (by GitHub's updated_at; on a tie, by commit ancestry through the API)."""
+        head, base = pr.get("head") or {}, pr.get("base") or {}
+        updated = parse_time(pr.get("updated_at"))
         self._ensure_row(session, PullRequest, repository_id=repo.id, number=pr["number"],
-                         author_login=pr["user"]["login"], head_sha=pr["head"]["sha"], head_ref=pr["head"]["ref"],
-                         base_ref=pr["base"]["ref"], base_sha=pr["base"]["sha"], title="", is_open=True,
-                         awaiting_approval=False, updated_at=utcnow())
+                         author_login=login_of(pr.get("user")), head_sha=head["sha"], head_ref=head.get("ref") or "",
+                         base_ref=base.get("ref") or "", base_sha=base.get("sha") or "", title="", is_open=True,
+                         awaiting_approval=False, updated_at=utcnow(), head_updated_at=updated,
+                         head_history=[[head["sha"], iso(updated or utcnow())]])
         row = session.scalar(select(PullRequest).where(PullRequest.repository_id == repo.id,
                                                        PullRequest.number == pr["number"])
                              .with_for_update().execution_options(populate_existing=True))
+        if self.is_stale(repo, row, head["sha"], updated):
+            session.info.setdefault("stale_pulls", set()).add(row.id)
+            return row
+        if head["sha"] != row.head_sha:
+            history = [h for h in (row.head_history or []) if h[0] != head["sha"]]
+            row.head_history = (history + [[head["sha"], iso(updated or utcnow())]])[-HEAD_HISTORY:]
+        if updated is not None and (row.head_updated_at is None or updated > aware(row.head_updated_at)):
+            row.head_updated_at = updated
         row.title = pr.get("title") or ""
         row.html_url = pr.get("html_url")
-        row.author_login = pr["user"]["login"]
-        row.head_sha = pr["head"]["sha"]
-        row.head_ref = pr["head"]["ref"]
-        row.head_clone_url = ((pr["head"].get("repo") or {}).get("clone_url"))
-        row.base_ref = pr["base"]["ref"]
-        row.base_sha = pr["base"]["sha"]
+        row.author_login = login_of(pr.get("user"))
+        row.head_sha = head["sha"]
+        row.head_ref = head.get("ref") or row.head_ref
+        row.head_clone_url = ((head.get("repo") or {}).get("clone_url"))
+        row.base_ref = base.get("ref") or row.base_ref
+        row.base_sha = base.get("sha") or row.base_sha
         row.is_open = pr.get("state", "open") == "open"
         session.flush()
         return row
+
+    def is_stale(self, repo: Repository, row: PullRequest, sha: str, updated: datetime | None) -> bool:
+        """True when the payload's head is older than the stored one (never when it is the same commit)."""
+        stored = aware(row.head_updated_at)
+        if stored is not None and updated is not None and updated != stored:
+            return updated < stored
+        if sha == row.head_sha:
+            return False
+        # Same updated_at (or none): the payload is old when its head is an ancestor of the stored head.
+        status = self.gh_repo(repo).compare(sha, row.head_sha).status
+        return status == "ahead"
 
     @staticmethod
     def lock_pull(session: Session, pr_id: int) -> PullRequest:
@@ -145,13 +201,21 @@ class Service:
     # ---- evaluations ----------------------------------------------------------------------------
     def request_evaluation(self, session: Session, pr: PullRequest, trigger: Trigger,
                            requested_by: str | None = None) -> Evaluation:
-        """Queue an evaluation of the PR's current head (older heads are superseded; no duplicates)."""
+        """Queue an evaluation of the PR's current head (older heads are superseded; no duplicates). Only an
+        explicit re-run (command, check button, round) evaluates a head again that was already measured: a
+        replayed or repeated event never does."""
         for ev in self.active(session, pr):
             if ev.head_sha != pr.head_sha:
                 self.end(session, pr, ev, EvalState.SUPERSEDED, by=requested_by)
             else:
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
+        if trigger in (Trigger.AUTO, Trigger.APPROVAL):
+            done = session.scalar(select(Evaluation).where(
+                Evaluation.pull_request_id == pr.id, Evaluation.head_sha == pr.head_sha,
+                Evaluation.base_sha == pr.base_sha, Evaluation.state == EvalState.DONE).limit(1))
+            if done is not None:
+                return done
         ev = Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref=pr.base_ref,
                         state=EvalState.QUEUED, trigger=trigger, requested_by=requested_by,
                         profile=self.settings.eval.profile, attempt=1)
@@ -268,11 +332,34 @@ class Service:
         return self._apply(session, ev, pr, self._infra(ev, pr, InfraReason.TASK_FAILED, InfraKind.INTERNAL_ERROR,
                                                         detail))
 
+    def authenticate(self, result_dict, eval_id: int, task_id: str | None) -> str | None:
+        """The worker whose own key signed this result for this evaluation and attempt, else None."""
+        from worker.queue.tasks import RESULT_AUTH, result_mac
+        auth = result_dict.get(RESULT_AUTH) if isinstance(result_dict, dict) else None
+        if not isinstance(auth, dict) or not isinstance(auth.get("mac"), str):
+            return None
+        key = self.settings.worker_keys.get(str(auth.get("worker")))
+        if not key:
+            return None
+        good = result_mac(key, result_dict, eval_id, task_id)
+        return str(auth["worker"]) if hmac.compare_digest(good, auth["mac"]) else None
+
     def publish_result(self, session: Session, result_dict: dict, eval_id: int, task_id: str | None) -> str:
+        """Accepted only for an evaluation we dispatched and still wait for (this attempt's task id), and
+        only when signed with a GPU worker's own key: the broker URL alone publishes nothing."""
+        from bot import metrics
         found = self._current(session, eval_id, task_id)
         if isinstance(found, str):
+            metrics.RESULTS_REJECTED.labels("not_waiting").inc()
             return found
         ev, pr = found
+        worker = self.authenticate(result_dict, eval_id, task_id)
+        if worker is None:
+            metrics.RESULTS_REJECTED.labels("unauthenticated").inc()
+            log.warning("evaluation %s: result not signed with a known worker key: refused", eval_id)
+            return f"evaluation {eval_id}: result not signed with a known worker's key: refused"
+        ev.result_worker = worker
+        result_dict = {k: v for k, v in result_dict.items() if k != "_auth"}
         try:
             result = EvalResult.from_dict(result_dict)
         except (KeyError, TypeError, ValueError) as exc:

@@ -50,10 +50,24 @@ class Settings(BaseSettings):
     eval: EvalSettings = Field(default_factory=EvalSettings)
     check_name: str = "tokengate"
 
+    # Webhook intake and the delivery outbox (deliveries table, drained by the publish worker's beat).
+    webhook_max_body_bytes: int = Field(25 * 1024 * 1024, ge=1)  # GitHub caps payloads at 25 MB
+    broker_timeout_s: float = Field(1.0, gt=0)  # the web request never waits longer on Redis than this
+    outbox_interval_s: float = Field(5.0, gt=0)  # beat: re-send deliveries not processed yet
+    outbox_redrive_after_s: float = Field(30.0, gt=0)  # sent this long ago and not processed → sent again
+    github_retry_for_s: float = Field(3600.0, gt=0)  # transient GitHub/network errors retried this long
+    github_retry_max_backoff_s: float = Field(300.0, gt=0)
+    metrics_port: int = Field(0, ge=0)  # publish worker's own /metrics (GitHub API errors, rate limit); 0 = off
+
+    # GPU workers' result keys (bot side): {"gpu0": "<secret>"}; a result counts only when its HMAC verifies
+    # with the key of the worker it names. A GPU worker holds only its own (TOKENGATE_WORKER_ID/_KEY).
+    worker_keys: dict[str, str] = Field(default_factory=dict)
+
     # Watchdog (publish worker's beat): active evaluations whose task is gone become INFRA and are retried.
-    watchdog_interval_s: float = Field(60.0, gt=0)
-    watchdog_lost_after_s: float = Field(120.0, ge=0)  # no heartbeat / no queued message for this long = lost
-    heartbeat_ttl_s: float = Field(45.0, ge=1)  # a running task's liveness key lapses this long after its worker
+    # Defaults: a killed GPU worker's heartbeat lapses within 15 s, seen at the next 5 s tick (≤ ~21 s).
+    watchdog_interval_s: float = Field(5.0, gt=0)
+    watchdog_lost_after_s: float = Field(15.0, ge=0)  # no heartbeat / no queued message for this long = lost
+    heartbeat_ttl_s: float = Field(15.0, ge=1)  # a running task's liveness key lapses this long after its worker
     eval_deadline_s: float = Field(4 * 3600.0, gt=0)  # running longer than this is a timeout, alive or not
     queue_deadline_s: float = Field(24 * 3600.0, gt=0)  # waiting longer than this is a timeout
 
@@ -85,6 +99,9 @@ class Settings(BaseSettings):
             raise ValueError(f"TOKENGATE_WATCHDOG_LOST_AFTER_S ({self.watchdog_lost_after_s}) must be at least "
                              f"TOKENGATE_HEARTBEAT_TTL_S ({self.heartbeat_ttl_s}): live tasks would look lost")
         return self
+
+    def placeholder_secret(self) -> bool:
+        return self.webhook_secret.strip().lower() in PLACEHOLDER_SECRETS
 
     def private_key_pem(self) -> str:
         """The App's private key; a clear error where the bot needs it and it is missing."""

@@ -37,6 +37,7 @@ class Repository(Base):
     __tablename__ = "repositories"
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # GitHub's id
     installation_id: Mapped[int | None] = mapped_column(ForeignKey("installations.id", ondelete="SET NULL"))
+    # GitHub's id is the identity; a name taken over by another id (rename, re-creation) is freed first.
     full_name: Mapped[str] = mapped_column(String(255), unique=True)
     clone_url: Mapped[str | None] = mapped_column(Text)
     default_branch: Mapped[str] = mapped_column(String(255), default="main")
@@ -61,6 +62,10 @@ class PullRequest(Base):
     sticky_comment_id: Mapped[int | None] = mapped_column(BigInteger)
     awaiting_approval: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # GitHub's pull_request.updated_at of the payload the stored head came from: older payloads never win.
+    head_updated_at: Mapped[datetime | None]
+    # [[sha, first seen (ISO)], ...], newest last: which head a maintainer could have seen when commenting.
+    head_history: Mapped[list | None] = mapped_column(JSON)
 
     repository: Mapped[Repository] = relationship()
     evaluations: Mapped[list["Evaluation"]] = relationship(back_populates="pull_request",
@@ -68,7 +73,8 @@ class PullRequest(Base):
 
 
 class Delivery(Base):
-    """One row per X-GitHub-Delivery: the primary key is the dedupe."""
+    """One row per X-GitHub-Delivery, and the outbox: the payload is stored (committed) before GitHub gets
+    its answer; the publish side handles it by id and marks it processed in the transaction of its effect."""
     __tablename__ = "deliveries"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     event: Mapped[str] = mapped_column(String(64))
@@ -76,6 +82,14 @@ class Delivery(Base):
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     processed_at: Mapped[datetime | None]
     outcome: Mapped[str | None] = mapped_column(Text)  # what the handler did, for operators
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # sha256 of the signed body: a captured body replayed under a new delivery id is a duplicate.
+    body_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
+    enqueued_at: Mapped[datetime | None]  # last time a handle task was sent for it
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None]  # after a failure: not before this
+    last_error: Mapped[str | None] = mapped_column(Text)
+    failed_at: Mapped[datetime | None]  # given up (retries exhausted); `tokengate deliveries requeue` revives it
 
 
 class Evaluation(Base):
@@ -104,6 +118,7 @@ class Evaluation(Base):
     infra_kind: Mapped[str | None] = mapped_column(String(64))
     infra_detail: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # EvalResult.to_dict() as received
+    result_worker: Mapped[str | None] = mapped_column(String(64))  # the GPU worker whose key signed the result
 
     pull_request: Mapped[PullRequest] = relationship(back_populates="evaluations")
     gates: Mapped[list["GateResultRow"]] = relationship(cascade="all, delete-orphan")

@@ -2,49 +2,132 @@
 from __future__ import annotations
 
 import logging
+import time
+from datetime import timedelta, timezone
 
 from github import GithubException
-from sqlalchemy import select
+from kombu.exceptions import KombuError
+from redis.exceptions import RedisError
+from requests.exceptions import RequestException
+from sqlalchemy.exc import OperationalError
+from structlog.contextvars import bound_contextvars
 
+from bot import metrics
 from bot.db.engine import session_scope
-from bot.handlers import Handlers
 from bot.db.models import Delivery, utcnow
-from bot.service import FAILURE_TASK, RESULT_TASK, Service
-from bot.web.webhook import HANDLE_TASK
+from bot.handlers import Handlers
+from bot.queue import outbox
+from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK
+from bot.service import FAILURE_TASK, RESULT_TASK, NoInstallation, Service
+from bot.settings import get_settings
 from worker.queue.app import STARTED_TASK, app
 
 log = logging.getLogger(__name__)
 
-# Transient GitHub/network trouble: retried with backoff. Every handler is idempotent (no duplicate
-# evaluations for one head, sticky comment edited in place), so a retry after a partial run is safe.
-RETRY = {"autoretry_for": (GithubException, ConnectionError), "retry_backoff": True, "retry_backoff_max": 300,
-         "max_retries": 5}
+# The evaluation-side tasks: GitHub trouble inside them is retried by Celery (their effect is idempotent).
+RETRY = {"autoretry_for": (GithubException, RequestException, ConnectionError, OSError), "retry_backoff": True,
+         "retry_backoff_max": 300, "max_retries": 18}  # ~1 h in all
+MAX_BUG_ATTEMPTS = 5  # a handler that raises something else (a bug, a hostile payload) is retried this often
 
 
-def _transient(exc: Exception) -> bool:
-    return not isinstance(exc, GithubException) or exc.status >= 500 or exc.status in (403, 429)
+def transient(exc: BaseException) -> bool:
+    """Worth retrying: transport errors, GitHub 5xx and rate limits, an unreachable database or broker."""
+    if isinstance(exc, GithubException):
+        return exc.status is None or exc.status >= 500 or exc.status in (403, 429)
+    return isinstance(exc, (RequestException, ConnectionError, OSError, OperationalError, KombuError,
+                            RedisError, TimeoutError))
 
 
-@app.task(name=HANDLE_TASK, bind=True, **RETRY)
-def handle_delivery(self, delivery_id: str, event: str, payload: dict) -> str:
+def retry_after(exc: BaseException, attempts: int, settings) -> float:
+    """Exponential backoff (capped); a rate limit waits for its reset time."""
+    headers = getattr(exc, "headers", None) or {}
+    if isinstance(exc, GithubException) and exc.status in (403, 429):
+        if headers.get("retry-after", "").isdigit():
+            return float(headers["retry-after"])
+        reset = headers.get("x-ratelimit-reset")
+        if reset and reset.isdigit() and headers.get("x-ratelimit-remaining") == "0":
+            return max(1.0, float(reset) - time.time())
+    return min(settings.github_retry_max_backoff_s, 2.0 ** attempts)
+
+
+@app.task(name=HANDLE_TASK, bind=True)
+def handle_delivery(self, delivery_id: str, *_legacy) -> str:
+    """Handle one stored delivery by id; processed only in the transaction that stores its effect."""
+    with bound_contextvars(delivery_id=delivery_id):
+        return _handle(delivery_id)
+
+
+def _handle(delivery_id: str) -> str:
+    settings = get_settings()
     with session_scope() as session:
-        delivery = session.scalar(select(Delivery).where(Delivery.id == delivery_id).with_for_update())
-        if delivery is not None and delivery.processed_at is not None:
+        delivery = session.get(Delivery, delivery_id, with_for_update=True)
+        if delivery is None:
+            return f"delivery {delivery_id}: not stored (nothing to do)"
+        if delivery.processed_at is not None or delivery.failed_at is not None:
             return f"delivery {delivery_id} already processed"
+        event, payload = delivery.event, delivery.payload or {}
+        repo = (payload.get("repository") or {}) if isinstance(payload, dict) else {}
+        pull = (payload.get("pull_request") or payload.get("issue") or {}) if isinstance(payload, dict) else {}
         try:
-            outcome = Handlers(Service()).dispatch(session, event, payload)
+            with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
+                outcome = Handlers(Service()).dispatch(session, event, payload)
+        except NoInstallation as exc:
+            outcome = f"not installed: {exc}"
         except GithubException as exc:
-            if not _transient(exc):
-                log.exception("delivery %s: GitHub refused", delivery_id)
-                outcome = f"GitHub error {exc.status}: {exc.data}"
-            else:
-                raise
-        delivery = session.get(Delivery, delivery_id)
+            metrics.record_github_error(exc)
+            if transient(exc):
+                session.rollback()
+                return _failed(delivery_id, exc, settings)
+            log.warning("delivery %s: GitHub refused (%s)", delivery_id, exc.status)
+            outcome = f"GitHub error {exc.status}: {str(exc.data)[:500]}"
+        except Exception as exc:  # noqa: BLE001 - recorded on the row and retried
+            if isinstance(exc, RequestException):
+                metrics.record_github_error(exc)
+            session.rollback()
+            return _failed(delivery_id, exc, settings)
+        delivery = session.get(Delivery, delivery_id, with_for_update=True, populate_existing=True)
         if delivery is not None:
             delivery.processed_at = utcnow()
             delivery.outcome = outcome[:2000]
-    log.info("delivery %s (%s): %s", delivery_id, event, outcome)
+            delivery.last_error = None
+    metrics.HANDLED.labels(event, "processed").inc()
+    log.info("delivery handled", extra={"outcome": outcome})
     return outcome
+
+
+def _failed(delivery_id: str, exc: BaseException, settings) -> str:
+    """Record the failure on the row; the outbox sends it again after the backoff, or it is given up on."""
+    detail = f"{type(exc).__name__}: {exc}"[:2000]
+    with session_scope() as session:
+        d = session.get(Delivery, delivery_id, with_for_update=True)
+        if d is None or d.processed_at is not None:
+            return detail
+        d.attempts += 1
+        d.last_error = detail
+        now = utcnow()
+        received = d.received_at if d.received_at.tzinfo else d.received_at.replace(tzinfo=timezone.utc)
+        too_old = (now - received).total_seconds() > settings.github_retry_for_s
+        if too_old or (not transient(exc) and d.attempts >= MAX_BUG_ATTEMPTS):
+            d.failed_at = now
+            d.outcome = f"given up after {d.attempts} attempt(s): {detail}"
+            outcome = "failed"
+        else:
+            d.next_attempt_at = now + timedelta(seconds=retry_after(exc, d.attempts, settings))
+            outcome = "retry"
+        event = d.event
+    metrics.HANDLED.labels(event, outcome).inc()
+    log.warning("delivery %s: %s (%s)", delivery_id, detail, outcome, exc_info=None if transient(exc) else exc)
+    return f"{outcome}: {detail}"
+
+
+@app.task(name=DRAIN_TASK)
+def drain_outbox() -> int:
+    """Beat: send every due delivery again (never sent, lost in a broker restart, or past its backoff)."""
+    with session_scope() as session:
+        sent = outbox.drain(session, get_settings())
+    if sent:
+        log.info("outbox: %d deliveries sent again", len(sent))
+    return len(sent)
 
 
 @app.task(name=STARTED_TASK, **RETRY)
@@ -55,7 +138,7 @@ def evaluation_started(eval_id: int, hostname: str | None = None, task_id: str |
 
 @app.task(name=RESULT_TASK, **RETRY)
 def publish_result(result: dict, eval_id: int, task_id: str | None = None) -> str:
-    with session_scope() as session:
+    with bound_contextvars(eval_id=eval_id), session_scope() as session:
         outcome = Service().publish_result(session, result, eval_id, task_id)
     log.info("result for evaluation %s: %s", eval_id, outcome)
     return outcome
@@ -111,10 +194,11 @@ def reap_lost_evaluations() -> list[str]:
 
 
 def schedule_periodic(celery) -> None:
-    """The publish worker's beat: close due rounds, reap lost evaluations."""
-    from bot.settings import get_settings
+    """The publish worker's beat: close due rounds, reap lost evaluations, drain the delivery outbox."""
     celery.conf.beat_schedule = {
         "close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S, "options": {"queue": "publish"}},
         "reap-lost-evaluations": {"task": WATCHDOG_TASK, "schedule": get_settings().watchdog_interval_s,
                                   "options": {"queue": "publish", "expires": get_settings().watchdog_interval_s}},
+        "drain-outbox": {"task": DRAIN_TASK, "schedule": get_settings().outbox_interval_s,
+                         "options": {"queue": "publish", "expires": get_settings().outbox_interval_s}},
     }

@@ -19,6 +19,8 @@ PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379"
 PAYLOADS = GITHUB / "payloads"
 SECRET = "test-webhook-secret-" + secrets.token_hex(4)
+# The in-process GPU worker's own result key (it reads the env at run time; the bot side knows it by id).
+WORKER_ID, WORKER_KEY = "test-gpu", "worker-key-" + secrets.token_hex(8)
 APP_ID = 29310
 INSTALLATION_ID = 1
 
@@ -91,6 +93,7 @@ def celery_app(redis_ns):
     from worker.queue import app as shared
     broker, prefix = redis_ns
     shared.configure(broker, broker, key_prefix=prefix)
+    os.environ.update(TOKENGATE_WORKER_ID=WORKER_ID, TOKENGATE_WORKER_KEY=WORKER_KEY)
     import bot.queue.tasks  # noqa: F401  (publish tasks)
     undo = install(shared.app)
     yield shared.app
@@ -164,7 +167,7 @@ def settings(migrated, redis_ns, rsa_key, github, celery_app):
     s = Settings(environment="test", database_url=migrated, broker_url=broker, redis_key_prefix=prefix,
                  webhook_secret=SECRET, app_id=APP_ID, private_key=rsa_key[0], github_api_url=github.base_url,
                  github_seconds_between_requests=0, github_seconds_between_writes=0, permission_cache_s=30,
-                 eval=EvalSettings(retries=1, retry_backoff_s=0.0))
+                 eval=EvalSettings(retries=1, retry_backoff_s=0.0), worker_keys={WORKER_ID: WORKER_KEY})
     override_settings(s)
     reset_github_app()
     _truncate(migrated)
@@ -220,6 +223,8 @@ def comment_payload(github, number: int, body: str, login: str) -> dict:
                                         "html_url": f"{github.base_url}/html/{repo.full_name}/pull/{number}",
                                         "diff_url": None, "patch_url": None, "merged_at": None}
     payload["comment"]["body"] = body
+    from datetime import datetime, timezone
+    payload["comment"]["created_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     payload["comment"]["id"] = 50_000 + len(github.comments)
     payload["comment"]["user"] = github._user(login)
     payload["repository"] = github._urls(github._repo_json(repo))

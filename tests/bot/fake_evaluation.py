@@ -6,6 +6,8 @@ returns an `EvalResult.to_dict()`. What it "measures" is chosen by the head comm
   "slow"  → REJECT (a significant decode regression)      "xl"    → XL (+45 % decode)
   "infra" → INFRA (foreign GPU process) on every attempt  "flaky" → INFRA on attempt 1, then XL
   "crash" → the task raises (worker-side failure)          "block" → waits for a Redis key, then XL
+                                                            (`tokengate:result:release:<sha>`: a key the
+                                                            GPU worker's broker user may read)
   "xl:60" → XL with +60 % (any percentage)                  anything else → none (within noise)
 """
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable
 from urllib.parse import urlparse
 
 from worker.queue.app import EVALUATE_TASK
+# Imported before install() replaces the task it registers (a later first import would put the real one back).
+from worker.queue.tasks import sign_result
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
 
 BLOCK_TIMEOUT_S = 20.0
@@ -77,6 +81,13 @@ def _message(repo_url: str, sha: str) -> str:
 
 
 def fake_evaluate(job: dict) -> dict:
+    """Signed like the real task (worker.queue.tasks.sign_result, this worker's env key)."""
+    from celery import current_task
+    task_id = current_task.request.id if current_task else None
+    return sign_result(_fake_evaluate(job), job, task_id)
+
+
+def _fake_evaluate(job: dict) -> dict:
     message = _message(job["repo_url"], job["head_sha"])
     if "crash" in message:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -87,7 +98,7 @@ def fake_evaluate(job: dict) -> dict:
         client = redis.Redis.from_url(conf.broker_url)
         prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
-        while not client.exists(f"{prefix}release:{job['head_sha']}") and time.monotonic() < deadline:
+        while not client.exists(f"{prefix}tokengate:result:release:{job['head_sha']}") and time.monotonic() < deadline:
             time.sleep(0.05)
     kind = "none"
     for word in ("slow", "xl", "infra", "block"):

@@ -67,6 +67,7 @@ class PullState:
     state: str = "open"
     merged: bool = False
     merge_commit_sha: str | None = None
+    updated_at: str | None = None  # GitHub's pull_request.updated_at (None: the example's)
 
 
 @dataclass
@@ -103,6 +104,29 @@ class FakeGitHub:
         self._server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # ---- faults -------------------------------------------------------------------------------------
+    outage_until: float = 0.0  # time.monotonic() before which every request gets a 503
+    resets: int = 0  # the next N writes are reset (after the server applied them when resets_after_write)
+    resets_after_write: bool = True
+    outages_served: int = 0
+    resets_done: int = 0
+
+    def outage(self, seconds: float) -> None:
+        import time
+        self.outage_until = time.monotonic() + seconds
+
+    def fault_for(self, method: str) -> str | None:
+        import time
+        with self.lock:
+            if time.monotonic() < self.outage_until:
+                self.outages_served += 1
+                return "outage"
+            if self.resets > 0 and method != "GET":
+                self.resets -= 1
+                self.resets_done += 1
+                return "reset-after" if self.resets_after_write else "reset-before"
+        return None
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "FakeGitHub":
@@ -180,6 +204,8 @@ class FakeGitHub:
                     state=pr.state, merged=pr.merged, merge_commit_sha=pr.merge_commit_sha,
                     labels=[self._label_json(n) for n in pr.labels], mergeable=True, rebaseable=True,
                     mergeable_state="clean", requested_teams=[], draft=False, auto_merge=None)
+        if pr.updated_at:
+            body["updated_at"] = pr.updated_at
         if not pr.merged:
             body.update(merged_at=None, merged_by=None, closed_at=None if pr.state == "open" else body["closed_at"])
         return body
@@ -229,10 +255,29 @@ class FakeGitHub:
             def log_message(self, *args):  # quiet
                 pass
 
+            def _reset(self) -> None:
+                """Drop the connection with a TCP RST: the client sees ECONNRESET, no response."""
+                import socket
+                import struct
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+
             def _serve(self, method: str):
                 url = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                fault = fake.fault_for(method)
+                if fault == "outage":
+                    out = b'{"message": "Service Unavailable"}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    return
+                if fault == "reset-before":
+                    return self._reset()
                 try:
                     body = json.loads(raw) if raw else None
                 except ValueError:
@@ -243,6 +288,8 @@ class FakeGitHub:
                 with fake.lock:
                     fake.requests.append(Recorded(method, url.path, parse_qs(url.query), body, status,
                                                   json.loads(out) if out else None, operation))
+                if fault == "reset-after":  # done on the server, the answer lost on the way
+                    return self._reset()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(out)))
@@ -271,6 +318,7 @@ class FakeGitHub:
         ("GET", r"/app", "apps/get-authenticated"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)", "repos/get"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/pulls/(?P<n>\d+)", "pulls/get"),
+        ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/compare/(?P<base>[^.]+)\.\.\.(?P<head>.+)", "repos/compare-commits"),
         ("PUT", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/pulls/(?P<n>\d+)/merge", "pulls/merge"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/issues/(?P<n>\d+)", "issues/get"),
         ("GET", r"/repos/(?P<o>[^/]+)/(?P<r>[^/]+)/issues/(?P<n>\d+)/comments", "issues/list-comments"),
@@ -304,6 +352,19 @@ class FakeGitHub:
                                                                            match.groupdict().items()})
                     return status, response, op
         return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, "unknown"
+
+    def op_repos_compare_commits(self, o, r, base, head, query, body):
+        """status/ahead_by/behind_by from the real git repository (the rest of the documented body omitted)."""
+        repo = self._repo(o, r)
+        try:
+            behind, ahead = (int(x) for x in git(repo.path, "rev-list", "--left-right", "--count",
+                                                 f"{base}...{head}").split())
+        except Exception:  # noqa: BLE001 - unknown commit
+            return 404, {"message": "Not Found"}
+        status = ("identical" if not (ahead or behind) else "ahead" if not behind else "behind" if not ahead
+                  else "diverged")
+        return 200, {"url": f"{self.base_url}/repos/{repo.full_name}/compare/{base}...{head}", "status": status,
+                     "ahead_by": ahead, "behind_by": behind, "total_commits": ahead, "commits": [], "files": []}
 
     def _check_jwt(self, auth: str) -> str | None:
         if not auth.startswith("Bearer "):

@@ -1,14 +1,15 @@
 """docker-compose.yml's tokengate processes, started natively (no Docker engine runs on these machines).
 
 The compose file is the source: each service's `command` (with `tokengate` run as `python -m bot.cli`
-from this checkout) and its environment — the env file for services that have one, only the listed
-`environment` for those with `env_file: []` (the gpu workers). Compose's host names (`postgres`,
-`redis`) and mounted secrets are mapped onto this machine by `localize`. Every process runs in its
+from this checkout) and its `environment`, with compose's `${VAR}` interpolation done from the env file
+(.env, as an operator fills it from .env.example). Compose's host names (`postgres`, `redis`), broker
+users and mounted secrets are mapped onto this machine by `localize`. Every process runs in its
 own process group so teardown can end it with all its children.
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,21 @@ def parse_env_file(text: str) -> dict[str, str]:
             key, value = line.split("=", 1)
             out[key.strip()] = value.strip()
     return out
+
+
+INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's `${NAME}`, `${NAME:-default}`, `${NAME:?error}` and `$$` from the env file."""
+    def one(m: re.Match) -> str:
+        name, op, arg = m.group("name"), m.group("op"), m.group("arg")
+        if env.get(name):
+            return env[name]
+        if op and op.endswith("?"):
+            raise KeyError(f"{name}: {arg}")
+        return arg if op and op.endswith("-") else ""
+    return INTERPOLATION.sub(one, value).replace("$$", "$")
 
 
 def compose_services() -> dict[str, dict]:
@@ -67,9 +83,10 @@ class Proc:
 @dataclass
 class NativeStack:
     workdir: Path
-    app_env: dict[str, str]  # the contents of the env file (`env_file: .env`)
+    app_env: dict[str, str]  # the contents of the env file (.env: compose interpolates `${...}` from it)
     localize: Callable[[str], str]  # compose host names / paths → this machine
     gpu_extra_env: dict[str, str] = field(default_factory=dict)  # test isolation only (key prefix), no credentials
+    bot_extra_env: dict[str, str] = field(default_factory=dict)  # test-only knobs of the bot side (API URL...)
     procs: list[Proc] = field(default_factory=list)
 
     def __post_init__(self):
@@ -91,11 +108,9 @@ class NativeStack:
     def environment(self, service: str) -> dict[str, str]:
         spec = self.services[service]
         env = dict(self.base_env)
-        if spec.get("env_file"):  # a list, or one path; `[]` means none
-            env.update(self.app_env)
-        env.update({k: self.localize(str(v)) for k, v in (spec.get("environment") or {}).items()})
-        if not spec.get("env_file"):
-            env.update(self.gpu_extra_env)
+        env.update({k: self.localize(interpolate(str(v), self.app_env))
+                    for k, v in (spec.get("environment") or {}).items()})
+        env.update(self.gpu_extra_env if service.startswith("gpu-worker") else self.bot_extra_env)
         return env
 
     # ---- processes ----------------------------------------------------------------------------

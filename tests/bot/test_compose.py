@@ -20,8 +20,10 @@ def compose(tmp_path_factory) -> dict:
                     "docker-compose.yml was not validated")
     work = tmp_path_factory.mktemp("compose")
     shutil.copy(ROOT / "docker-compose.yml", work / "docker-compose.yml")
-    shutil.copy(ROOT / ".env.example", work / ".env")
-    out = subprocess.run([binary, "config"], cwd=work, capture_output=True, text=True, timeout=60)
+    shutil.copy(ROOT / ".env.example", work / ".env.example")
+    # The README's check, as written: no .env beside it.
+    out = subprocess.run([binary, "--env-file", ".env.example", "config"], cwd=work, capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
 
@@ -44,7 +46,11 @@ def test_secrets_only_on_the_bot_side(compose):
         assert [x["source"] if isinstance(x, dict) else x for x in s[name]["secrets"]] == ["github_app_key"]
     for name in ("gpu-worker-0", "gpu-worker-1"):
         assert "secrets" not in s[name] and not s[name].get("env_file")
-        assert not any("SECRET" in k or "KEY" in k or "DATABASE" in k for k in s[name]["environment"])
+        env = s[name]["environment"]
+        # Its own result key and broker user only: no GitHub secret, no database, no other worker's key.
+        assert not any("SECRET" in k or "KEY" in k or "DATABASE" in k for k in env if k != "TOKENGATE_WORKER_KEY")
+        assert env["TOKENGATE_BROKER_URL"].startswith(f"redis://gpu{name[-1]}:")
+        assert env["TOKENGATE_WORKER_ID"] == f"gpu{name[-1]}"
     lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if not line.startswith("#")]
     assert not any(word in line for line in lines for word in ("SECRET", "PRIVATE_KEY", ".env", ".pem"))
 
@@ -60,3 +66,29 @@ def test_one_worker_per_gpu(compose):
         assert s[name]["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
         assert "gpu" in s[name]["command"] and "--concurrency" in s[name]["command"]
     assert sorted(ids) == ["0", "1"]
+
+
+def test_redis_requires_a_password_and_its_users_follow_the_acl_rules(compose):
+    """redis-server's `--user` directives are bot/queue/acl.py's rules (the ones tested on a real Redis)."""
+    from bot.queue import acl
+    from tests.bot.native_stack import parse_env_file
+    env = parse_env_file((ROOT / ".env.example").read_text())
+    command = compose["services"]["redis"]["command"]
+    users, current = {}, None
+    for token in command[1:]:
+        if token == "--user":
+            current = []
+            continue
+        if current is not None:
+            if token.startswith("--"):
+                current = None
+                continue
+            if not current:
+                users[token] = current
+            current.append(token)
+    assert users["default"] == ["default", "off"]
+    assert users["web"][1:] == acl.web_rules(env["REDIS_WEB_PASSWORD"])
+    for i in ("0", "1"):
+        assert users[f"gpu{i}"][1:] == acl.gpu_rules(env[f"REDIS_GPU{i}_PASSWORD"])
+    for name in ("web", "publish-worker", "migrate"):
+        assert compose["services"][name]["environment"]["TOKENGATE_BROKER_URL"].startswith("redis://web:")

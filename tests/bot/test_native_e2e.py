@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from bot.render import STICKY_MARKER
 from bot.github.signature import sign
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 # Names a GPU worker must never see (it returns result records; the bot side publishes them).
 CREDENTIALS = ("TOKENGATE_APP_ID", "TOKENGATE_PRIVATE_KEY", "TOKENGATE_PRIVATE_KEY_PATH", "TOKENGATE_WEBHOOK_SECRET",
-               "TOKENGATE_DATABASE_URL", "POSTGRES_PASSWORD")
+               "TOKENGATE_DATABASE_URL", "POSTGRES_PASSWORD", "TOKENGATE_WORKER_KEYS")
 WAIT_S = 60.0
 # A fast watchdog so a vanished gpu worker is noticed within seconds (production: minutes).
 WATCHDOG = {"TOKENGATE_WATCHDOG_INTERVAL_S": "1", "TOKENGATE_WATCHDOG_LOST_AFTER_S": "3",
@@ -95,35 +96,52 @@ def real_pipeline_available() -> str | None:
 
 @pytest.fixture
 def stack(tmp_path, fresh_db, fresh_redis, rsa_key, github):
-    broker, prefix, _ = fresh_redis
+    """The compose services natively: the env file filled in from .env.example, compose's broker users
+    created on the local Redis (per-test names, the compose rules with this test's key prefix)."""
+    from bot.queue import acl
+    broker, prefix, client = fresh_redis
     secret_file = tmp_path / "secrets" / "github_app_key"
     secret_file.parent.mkdir()
     secret_file.write_text(rsa_key[0])
     secret_file.chmod(0o600)
     webhook_secret = "e2e-" + secrets.token_hex(8)
+    tag = secrets.token_hex(4)
+    users = {"web": f"tg-e2e-web-{tag}", "gpu0": f"tg-e2e-gpu0-{tag}", "gpu1": f"tg-e2e-gpu1-{tag}"}
+    db = make_url(fresh_db)
 
-    def localize(value: str) -> str:  # compose's host names and mounts → this machine
-        return (value.replace("redis://redis:6379/0", broker)
+    def localize(value: str) -> str:  # compose's host names, users and mounts → this machine
+        for user, name in users.items():
+            value = value.replace(f"redis://{user}:", f"redis://{name}:")
+        return (value.replace("@redis:6379/0", "@127.0.0.1:6379/13")
+                .replace("tokengate:" + env["POSTGRES_PASSWORD"] + "@postgres:5432/tokengate",
+                         f"postgres@127.0.0.1:5432/{db.database}")
                 .replace("/run/secrets/github_app_key", str(secret_file)))
 
-    # The env file as an operator fills it from .env.example, then the test-only knobs.
+    # The env file as an operator fills it from .env.example, then the test-only knobs of the bot side.
     example = parse_env_file(ENV_EXAMPLE.read_text())
-    env = {k: localize(v) for k, v in example.items()}
+    env = dict(example)
     env.update(TOKENGATE_ENVIRONMENT="test", TOKENGATE_WEBHOOK_SECRET=webhook_secret, TOKENGATE_APP_ID=str(APP_ID),
-               TOKENGATE_DATABASE_URL=fresh_db, TOKENGATE_BROKER_URL=broker, POSTGRES_PASSWORD="unused-here",
-               TOKENGATE_GITHUB_API_URL=github.base_url, TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS="0",
-               TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES="0", TOKENGATE_REDIS_KEY_PREFIX=prefix,
-               TOKENGATE_EVAL__RETRY_BACKOFF_S="0", **WATCHDOG)
-    assert set(example) <= set(env)
-    s = NativeStack(tmp_path / "stack", app_env=env, localize=localize,
+               POSTGRES_PASSWORD="pg-" + tag, **{k: secrets.token_hex(8) for k in example
+                                                 if k.startswith(("REDIS_", "TOKENGATE_WORKER_KEY_"))})
+    for user, name in users.items():
+        client.execute_command("ACL", "SETUSER", name, "reset",
+                               *(acl.web_rules if user == "web" else acl.gpu_rules)(
+                                   env[f"REDIS_{user.upper()}_PASSWORD"], prefix))
+    bot_knobs = dict(TOKENGATE_GITHUB_API_URL=github.base_url, TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS="0",
+                     TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES="0", TOKENGATE_REDIS_KEY_PREFIX=prefix,
+                     TOKENGATE_EVAL__RETRY_BACKOFF_S="0", TOKENGATE_OUTBOX_INTERVAL_S="1", **WATCHDOG)
+    s = NativeStack(tmp_path / "stack", app_env=env, localize=localize, bot_extra_env=bot_knobs,
                     gpu_extra_env={"TOKENGATE_REDIS_KEY_PREFIX": prefix,
                                    "TOKENGATE_HEARTBEAT_TTL_S": WATCHDOG["TOKENGATE_HEARTBEAT_TTL_S"]})
+    s.database_url = fresh_db
     s.redis, s.prefix = fresh_redis[2], prefix
     s.webhook_secret = webhook_secret
     try:
         yield s
     finally:
         s.stop_all()
+        for name in users.values():
+            client.execute_command("ACL", "DELUSER", name)
 
 
 def launch(stack: NativeStack, gpu_extra: tuple[str, ...] = ()) -> tuple[str, dict]:
@@ -132,7 +150,7 @@ def launch(stack: NativeStack, gpu_extra: tuple[str, ...] = ()) -> tuple[str, di
     migrate = stack.run_once("migrate")
     assert migrate.returncode == 0, migrate.stderr
     from sqlalchemy import create_engine, inspect
-    engine = create_engine(stack.app_env["TOKENGATE_DATABASE_URL"])
+    engine = create_engine(stack.database_url)
     assert {"evaluations", "deliveries", "alembic_version"} <= set(inspect(engine).get_table_names())
     engine.dispose()
 
@@ -150,7 +168,7 @@ def launch(stack: NativeStack, gpu_extra: tuple[str, ...] = ()) -> tuple[str, di
         leaked = set(p.environ()) & set(CREDENTIALS)
         assert not leaked, f"gpu worker pid {p.pid} sees {sorted(leaked)}"
         assert not any(stack.webhook_secret in v or "PRIVATE KEY" in v for v in p.environ().values())
-    assert set(CREDENTIALS) - {"TOKENGATE_PRIVATE_KEY"} <= set(publish.tree()[0].environ())  # the check can fail
+    assert set(CREDENTIALS) - {"TOKENGATE_PRIVATE_KEY", "POSTGRES_PASSWORD"} <= set(publish.tree()[0].environ())
     return url, {"web": web, "publish": publish, "gpu": gpu}
 
 
@@ -221,7 +239,7 @@ def test_compose_processes_end_to_end(stack, github, remote):
     t_noticed = time.monotonic() - t_kill
     _wait_sticky(github, lambda b: "stopped responding" in b and "Retrying automatically" in b, stack)
     assert repo.pulls[2].labels == ["eval:INFRA"]
-    stack.redis.set(f"{stack.prefix}release:{sha3}", 1)  # the retry's fake evaluation returns at once
+    stack.redis.set(f"{stack.prefix}tokengate:result:release:{sha3}", 1)  # the retry's fake evaluation returns at once
     gpu = stack.start("gpu-worker-0", extra=gpu_extra)
     retry = _wait(stack, lambda: _check_for(github, sha3, status="completed", conclusion="success"), "retry")
     assert retry["id"] != lost["id"]
@@ -271,7 +289,7 @@ def test_compose_processes_real_pipeline(stack, github, tmp_path):
     r = _post(url, stack.webhook_secret, "issue_comment", comment_payload(github, 2, "/eval rerun", "codertocat"))
     assert r.status_code == 202, r.text
     from sqlalchemy import create_engine, text
-    engine = create_engine(stack.app_env["TOKENGATE_DATABASE_URL"])
+    engine = create_engine(stack.database_url)
 
     def both_done():
         with engine.connect() as conn:

@@ -1,6 +1,8 @@
 """Who may trigger, approvals, commands, supersede, cancel, INFRA handling — through the real queue."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import redis
 
@@ -17,7 +19,7 @@ def sticky(github) -> list[dict]:
 
 
 def release(settings, sha: str) -> None:
-    redis.Redis.from_url(settings.broker_url).set(f"{settings.redis_key_prefix}release:{sha}", 1, ex=60)
+    redis.Redis.from_url(settings.broker_url).set(f"{settings.redis_key_prefix}tokengate:result:release:{sha}", 1, ex=60)
 
 
 def running(eval_index: int = 0):
@@ -163,6 +165,14 @@ def test_infra_is_action_required_retried_and_never_reject(settings, celery_work
     payload["repository"] = github._urls(github._repo_json(repo))
     payload["installation"] = {"id": 1}
     remote.git("log", "-1")  # unchanged head
+    # An outsider's Re-run is refused (the sender's permission is checked), a maintainer's queues it.
+    payload["sender"] = github._user("outsider")
+    outsider = str(uuid.uuid4())
+    send("check_run", json.loads(json.dumps(payload)), delivery=outsider)
+    wait_until(lambda: processed(outsider), what="outsider's re-run handled")
+    assert "without write access: refused" in processed(outsider).outcome
+    assert len(evaluations()) == 1
+    payload["sender"] = github._user("maintainer")
     send("check_run", json.loads(json.dumps(payload)))
     wait_until(lambda: len(evaluations()) == 2, what="re-run queued")
     wait_until(finished(2), what="re-run finished")

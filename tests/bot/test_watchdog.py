@@ -151,14 +151,20 @@ def test_overdue_run_and_queue_time_out_even_when_alive(service, quiet_celery, g
     assert "ran for more than 4 h 00 min without finishing" in comment["body"]
 
 
-def test_finished_task_whose_result_was_never_published_is_recovered(service, quiet_celery, github, remote):
+def test_finished_task_whose_result_was_never_published_is_recovered(service, quiet_celery, github, remote,
+                                                                     monkeypatch):
+    from tests.bot.conftest import WORKER_ID, WORKER_KEY
     from tests.bot.fake_evaluation import result_for
+    monkeypatch.setenv("TOKENGATE_WORKER_ID", WORKER_ID)
+    monkeypatch.setenv("TOKENGATE_WORKER_KEY", WORKER_KEY)
     app, client, prefix = quiet_celery
     probe = watchdog.TaskProbe(app)
     ev = open_pr(service, github, remote)
     start(service, ev)
+    from worker.queue.tasks import sign_result
     result = result_for("xl", repo="Codertocat/Hello-World", pr=2, base_sha=ev.base_sha, head_sha=ev.head_sha)
-    app.backend.store_result(ev.celery_task_id, result.to_dict(), "SUCCESS")
+    signed = sign_result(result.to_dict(), {"eval_id": ev.id}, ev.celery_task_id)  # as the GPU worker does
+    app.backend.store_result(ev.celery_task_id, signed, "SUCCESS")
     grace = service.settings.watchdog_lost_after_s
     assert find(service, probe, grace / 2) == []  # the publish task may still be on its way
     (f,) = find(service, probe, grace + 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 from contextlib import contextmanager
@@ -143,7 +144,25 @@ def _self_calibrate(ev, job) -> None:
         ev._calibration_run = f"{type(exc).__name__}: {exc}"
 
 
+RESULT_AUTH = "_auth"  # {"worker": id, "mac": hex}: the bot accepts a result only with a valid one
+
+
+def result_mac(key: str, result: dict, eval_id, task_id: str | None) -> str:
+    """HMAC-SHA256 over (evaluation, task, result) in canonical JSON: a signed result fits one attempt only."""
+    body = {k: v for k, v in result.items() if k != RESULT_AUTH}
+    msg = json.dumps([eval_id, task_id, body], sort_keys=True, separators=(",", ":"), default=str)
+    return hmac.new(key.encode(), msg.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_result(result: dict, job: dict, task_id: str | None) -> dict:
+    """Sign with this worker's own key (TOKENGATE_WORKER_ID / TOKENGATE_WORKER_KEY); unsigned without one."""
+    worker, key = os.environ.get("TOKENGATE_WORKER_ID"), os.environ.get("TOKENGATE_WORKER_KEY")
+    if not worker or not key:
+        return result
+    return {**result, RESULT_AUTH: {"worker": worker, "mac": result_mac(key, result, job.get("eval_id"), task_id)}}
+
+
 @app.task(name=EVALUATE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
           soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def evaluate(self, job: dict) -> dict:
-    return run_job(job)
+    return sign_result(run_job(job), job, self.request.id)

@@ -1,7 +1,7 @@
 """dashboard: main history, change points, repository visibility
 
-Revision ID: 0003_dashboard
-Revises: 0002
+Revision ID: 0004_dashboard
+Revises: 0003_botfaults
 
 New tables only (nothing existing changes): main_measurements, history_points, change_points,
 repository_visibility.
@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from alembic import op
 
 
-revision = '0003_dashboard'
-down_revision = '0002'
+revision = '0004_dashboard'
+down_revision = '0003_botfaults'
 branch_labels = None
 depends_on = None
 

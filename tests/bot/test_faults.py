@@ -1,0 +1,416 @@
+"""Issue 15's rules, each attacked with the real PostgreSQL, Redis, test GitHub server and git remote:
+heads only move forward, durable-before-acknowledged deliveries, GitHub outages and connection resets,
+replays, approvals tied to a SHA, forged broker messages, hostile payloads, readiness and metrics."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from bot.db.engine import session_scope
+from bot.db.models import Delivery, PullRequest
+from bot.enums import EvalState
+from bot.queue import outbox
+from bot.render import STICKY_MARKER
+from tests.bot.conftest import (PAYLOADS, comment_payload, pr_payload, signed_headers, wait_until)
+from tests.bot.helpers import evaluations, processed
+
+pytestmark = pytest.mark.services
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stored_pull() -> PullRequest:
+    with session_scope() as s:
+        return s.scalar(select(PullRequest))
+
+
+def delivery(delivery_id: str) -> Delivery | None:
+    with session_scope() as s:
+        return s.get(Delivery, delivery_id)
+
+
+def stickies(github) -> list[dict]:
+    with github.lock:
+        return [c for c in github.comments.values() if c["body"].startswith(STICKY_MARKER)]
+
+
+def drain_until(predicate, settings, timeout: float = 30.0, what: str = "outbox drained"):
+    """What the publish worker's beat does every outbox_interval_s, done here in a loop."""
+    def step():
+        with session_scope() as s:
+            outbox.drain(s, settings)
+        return predicate()
+    return wait_until(step, timeout=timeout, interval=0.3, what=what)
+
+
+# ---- 1. heads only move forward ---------------------------------------------------------------------
+
+def test_an_older_payload_never_moves_the_head_back(settings, celery_worker, github, remote, send):
+    sha1 = remote.commit("changes", "first (xl)")
+    opened = pr_payload(github, remote, "opened")  # head sha1, GitHub's updated_at of the example
+    sha2 = remote.commit("changes", "second (xl)")
+    push = pr_payload(github, remote, "synchronize")
+    assert (opened["pull_request"]["head"]["sha"], push["pull_request"]["head"]["sha"]) == (sha1, sha2)
+    later = send("pull_request", push).json()["delivery"]
+    wait_until(lambda: processed(later), what="synchronize handled")
+    # The opened event arrives (or is retried) after its synchronize: same updated_at → commit ancestry.
+    late = send("pull_request", opened).json()["delivery"]
+    wait_until(lambda: processed(late), what="late opened handled")
+    assert "older than the stored" in processed(late).outcome
+    assert stored_pull().head_sha == sha2
+    # A payload whose updated_at is older is old, whatever its commit (a diverged force-push included).
+    stale = json.loads(json.dumps(opened))
+    stale["pull_request"]["head"]["sha"] = remote.commit("other", "unrelated (slow)")
+    stale["pull_request"]["updated_at"] = "2001-01-01T00:00:00Z"
+    stale["action"] = "synchronize"
+    old = send("pull_request", stale).json()["delivery"]
+    wait_until(lambda: processed(old), what="stale synchronize handled")
+    assert stored_pull().head_sha == sha2
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="evaluations done")
+    assert [(e.head_sha, e.state) for e in evaluations()] == [(sha2, EvalState.DONE)]
+    # A genuinely new head (newer updated_at) supersedes.
+    sha3 = remote.commit("changes", "third (xl)")
+    newer = pr_payload(github, remote, "synchronize")
+    newer["pull_request"]["updated_at"] = iso(datetime.now(timezone.utc))
+    d3 = send("pull_request", newer).json()["delivery"]
+    wait_until(lambda: processed(d3), what="new head handled")
+    assert stored_pull().head_sha == sha3
+
+
+# ---- 2. durable before acknowledged ---------------------------------------------------------------
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connections are refused
+
+
+RECEIVE = """
+import json, sys, time
+from fastapi.testclient import TestClient
+from bot.web.webhook import create_app
+body, headers = sys.stdin.buffer.read(), json.loads(sys.argv[1])
+with TestClient(create_app()) as c:
+    t = time.perf_counter()
+    r = c.post("/webhook", content=body, headers=headers)
+    took = time.perf_counter() - t
+    ready = c.get("/readyz")
+print(json.dumps({"status": r.status_code, "took": took, "body": r.json(), "ready": ready.status_code,
+                  "ready_body": ready.json()}))
+"""
+
+
+def post_in_subprocess(settings, payload: dict, event: str, delivery: str, **env_over) -> dict:
+    """POST through a web app in another process, with its own (possibly broken) database/broker URL."""
+    body = json.dumps(payload).encode()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENGATE_ENVIRONMENT": "test",
+           "TOKENGATE_WEBHOOK_SECRET": settings.webhook_secret, "TOKENGATE_DATABASE_URL": settings.database_url,
+           "TOKENGATE_BROKER_URL": settings.broker_url, "TOKENGATE_REDIS_KEY_PREFIX": settings.redis_key_prefix,
+           **env_over}
+    out = subprocess.run([sys.executable, "-c", RECEIVE, json.dumps(signed_headers(body, event, delivery))],
+                         input=body, capture_output=True, env=env, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    return json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+
+def test_broker_down_is_503_within_a_second_and_the_stored_delivery_still_arrives(settings, celery_worker, github,
+                                                                                  remote, client):
+    remote.commit("changes", "speed up (xl)")
+    payload = pr_payload(github, remote, "opened")
+    d = str(uuid.uuid4())
+    got = post_in_subprocess(settings, payload, "pull_request", d,
+                             TOKENGATE_BROKER_URL=f"redis://127.0.0.1:{_closed_port()}/0")
+    assert got["status"] == 503 and got["took"] < 1.5, got
+    assert got["ready"] == 503 and "broker" in got["ready_body"], got
+    row = delivery(d)
+    assert row is not None and row.processed_at is None  # durable, though GitHub was told to redeliver
+    # GitHub's redelivery (same id, same body) now that the broker is back: queued, handled once.
+    body = json.dumps(payload).encode()
+    r = client.post("/webhook", content=body, headers=signed_headers(body, "pull_request", d))
+    assert (r.status_code, r.json()["status"]) == (202, "queued")
+    wait_until(lambda: processed(d), what="redelivered delivery handled")
+    again = client.post("/webhook", content=body, headers=signed_headers(body, "pull_request", d))
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
+    assert len(evaluations()) == 1 and len(stickies(github)) == 1
+
+
+def test_a_stored_delivery_whose_message_was_lost_is_sent_again_by_the_outbox(settings, celery_worker, github,
+                                                                             remote, send, monkeypatch):
+    """The broker lost the message (restart without persistence): the beat's drain sends it again."""
+    remote.commit("changes", "speed up (xl)")
+    monkeypatch.setattr("bot.web.webhook.send", lambda _id: None)  # accepted, stored, message lost
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    monkeypatch.undo()
+    time.sleep(1.0)
+    assert not processed(d)
+    settings.outbox_redrive_after_s = 0.1
+    with session_scope() as s:  # not due yet: the web request's message may still be on its way
+        s.get(Delivery, d).next_attempt_at = datetime.now(timezone.utc) - timedelta(seconds=1)
+    drain_until(lambda: processed(d), settings, what="lost delivery re-sent and handled")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
+    assert len(evaluations()) == 1
+
+
+def test_database_down_is_503(settings, github, remote):
+    remote.commit("changes", "x")
+    got = post_in_subprocess(settings, pr_payload(github, remote, "opened"), "pull_request", str(uuid.uuid4()),
+                             TOKENGATE_DATABASE_URL=f"postgresql+psycopg2://postgres@127.0.0.1:{_closed_port()}/x")
+    assert got["status"] == 503 and "database" in got["body"]["error"], got
+    assert got["ready"] == 503 and "database" in got["ready_body"], got
+
+
+# ---- GitHub outages and connection resets ------------------------------------------------------------
+
+def test_github_outage_is_recorded_retried_and_lands_once(settings, celery_worker, github, remote, send):
+    remote.commit("changes", "speed up (xl)")
+    github.outage(6.0)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="failure recorded")
+    row = delivery(d)
+    assert row.processed_at is None and row.failed_at is None and "503" in (row.last_error or "")
+    assert row.next_attempt_at is not None  # backoff scheduled
+    drain_until(lambda: processed(d), settings, timeout=60, what="handled after the outage")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
+    assert len(stickies(github)) == 1 and len(evaluations()) == 1
+    assert github.outages_served > 0
+
+
+def test_connection_reset_after_a_write_is_retried_without_a_duplicate_comment(settings, celery_worker, github,
+                                                                              remote, send):
+    """GitHub applied the write but the answer was lost (ECONNRESET): retried, the comment adopted, not doubled."""
+    remote.commit("changes", "speed up (xl)")
+    github.resets = 3  # the check run, the comment ... each reset once, after the server applied it
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    drain_until(lambda: processed(d), settings, timeout=60, what="handled despite the resets")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
+    assert github.resets_done == 3
+    assert len(stickies(github)) == 1, [c["body"][:80] for c in stickies(github)]
+    assert delivery(d).attempts >= 1
+
+
+# ---- 4. replays and approvals -----------------------------------------------------------------------
+
+def test_a_captured_body_replayed_under_new_delivery_ids_queues_nothing(settings, celery_worker, github, remote,
+                                                                       client):
+    remote.commit("changes", "speed up (xl)")
+    body = json.dumps(pr_payload(github, remote, "opened")).encode()
+    first = client.post("/webhook", content=body, headers=signed_headers(body, "pull_request"))
+    wait_until(lambda: processed(first.json()["delivery"]), what="first handled")
+    wait_until(lambda: not evaluations()[0].state.active, what="evaluation done")
+    for _ in range(3):
+        r = client.post("/webhook", content=body, headers=signed_headers(body, "pull_request"))
+        assert (r.status_code, r.json()["status"]) == (200, "duplicate")
+    # The same event with another body (GitHub's own resend of a reopened, say) for a measured head:
+    reopened = pr_payload(github, remote, "reopened")
+    r2 = client.post("/webhook", content=json.dumps(reopened).encode(),
+                     headers=signed_headers(json.dumps(reopened).encode(), "pull_request"))
+    wait_until(lambda: processed(r2.json()["delivery"]), what="reopened handled")
+    assert len(evaluations()) == 1
+
+
+def test_eval_approves_the_head_pushed_before_the_comment_or_the_named_sha(settings, celery_worker, github, remote,
+                                                                           send):
+    remote.commit("changes", "outsider's first (xl)")
+    opened = pr_payload(github, remote, "opened", author="outsider")
+    opened["pull_request"]["updated_at"] = iso(datetime.now(timezone.utc) - timedelta(minutes=10))
+    d = send("pull_request", opened).json()["delivery"]
+    wait_until(lambda: processed(d), what="opened handled")
+    assert stored_pull().awaiting_approval and not evaluations()
+    # The maintainer reads the PR and comments /eval; just before that is handled, the outsider pushes.
+    comment = comment_payload(github, 2, "/eval", "maintainer")
+    comment["comment"]["created_at"] = iso(datetime.now(timezone.utc) - timedelta(minutes=1))
+    sha2 = remote.commit("changes", "outsider's sneaky push (slow)")
+    push = pr_payload(github, remote, "synchronize", author="outsider")
+    push["pull_request"]["updated_at"] = iso(datetime.now(timezone.utc))
+    github.repos["codertocat/hello-world"].pulls[2].updated_at = push["pull_request"]["updated_at"]
+    dp = send("pull_request", push).json()["delivery"]
+    wait_until(lambda: processed(dp), what="push handled")
+    dc = send("issue_comment", comment).json()["delivery"]
+    wait_until(lambda: processed(dc), what="comment handled")
+    assert "nothing queued" in processed(dc).outcome
+    assert not evaluations()
+    # `/eval <sha>` names what the maintainer looked at: that approves it.
+    named = comment_payload(github, 2, f"/eval {sha2[:10]}", "maintainer")
+    dn = send("issue_comment", named).json()["delivery"]
+    wait_until(lambda: processed(dn), what="named /eval handled")
+    wait_until(lambda: evaluations(), what="evaluation queued")
+    assert [e.head_sha for e in evaluations()] == [sha2] and evaluations()[0].requested_by == "maintainer"
+
+
+# ---- 3. forged broker messages --------------------------------------------------------------------
+
+def test_broker_messages_without_a_stored_delivery_or_a_worker_key_do_nothing(settings, celery_worker, github,
+                                                                              remote, send):
+    from bot.queue.app import celery_app
+    from worker.queue.tasks import result_mac, sign_result
+    from tests.bot.fake_evaluation import result_for
+    app = celery_app()
+    remote.commit("changes", "block until released")
+    # A handle_delivery for a delivery nobody signed: nothing stored under that id, nothing happens.
+    forged = app.send_task("tokengate.handle_delivery", args=["forged-1", "pull_request",
+                                                              pr_payload(github, remote, "opened")],
+                           queue="publish")
+    assert "not stored" in forged.get(timeout=20)
+    assert evaluations() == []
+    # A queued evaluation (blocked on the GPU side), then forged results for it.
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: processed(d) and evaluations(), what="evaluation dispatched")
+    (ev,) = evaluations()
+    xl = result_for("xl", repo="Codertocat/Hello-World", pr=2, base_sha=ev.base_sha, head_sha=ev.head_sha).to_dict()
+    attempts = {
+        "unsigned": xl,
+        "wrong key": {**xl, "_auth": {"worker": "test-gpu", "mac": result_mac("not-the-key", xl, ev.id,
+                                                                                ev.celery_task_id)}},
+        "unknown worker": {**xl, "_auth": {"worker": "gpu9", "mac": result_mac("k", xl, ev.id, ev.celery_task_id)}},
+        "signed for another evaluation": sign_result(xl, {"eval_id": ev.id + 1}, ev.celery_task_id),
+    }
+    for name, result in attempts.items():
+        out = app.send_task("tokengate.publish_result", args=[result, ev.id, ev.celery_task_id],
+                            queue="publish").get(timeout=20)
+        assert "refused" in out, (name, out)
+        assert evaluations()[0].state.active and evaluations()[0].verdict is None, name
+    stale = app.send_task("tokengate.publish_result", args=[sign_result(xl, {"eval_id": ev.id}, "old-task"),
+                                                            ev.id, "old-task"], queue="publish").get(timeout=20)
+    assert "stale attempt" in stale
+    import redis
+    redis.Redis.from_url(settings.broker_url).set(
+        f"{settings.redis_key_prefix}tokengate:result:release:{ev.head_sha}", 1, ex=60)
+    wait_until(lambda: not evaluations()[0].state.active, what="the real, signed result")
+    assert evaluations()[0].result_worker == "test-gpu" and evaluations()[0].verdict == "XL"
+
+
+# ---- 5. every real payload, and hostile ones --------------------------------------------------------
+
+def test_every_github_example_payload_is_handled(settings, celery_worker, github, client):
+    names = sorted(p.stem for p in PAYLOADS.glob("*.json"))
+    assert len(names) == 15
+    ids = {}
+    for name in names:
+        body = (PAYLOADS / f"{name}.json").read_bytes()  # GitHub's bytes as they are
+        r = client.post("/webhook", content=body, headers=signed_headers(body, name.split(".")[0]))
+        assert r.status_code in (200, 202), (name, r.text)
+        if r.json().get("status") == "queued":
+            ids[name] = r.json()["delivery"]
+    assert len(ids) == 14  # check_suite is not ours: acknowledged, not stored
+    wait_until(lambda: all(processed(d) for d in ids.values()), timeout=60, what="every example handled")
+    for name, d in ids.items():
+        row = delivery(d)
+        assert row.failed_at is None and row.attempts == 0, (name, row.last_error)
+
+
+def test_a_repository_is_its_id_renamed_or_re_created(settings, celery_worker, github, remote, send):
+    """GitHub's examples name Codertocat/Hello-World with id 186853002; our server's has another id (deleted
+    and re-created); then it is renamed. Every event is handled, under the id GitHub sends."""
+    from bot.db.models import Repository
+    example = json.loads((PAYLOADS / "pull_request.labeled.json").read_text())
+    d0 = send("pull_request", example).json()["delivery"]
+    wait_until(lambda: processed(d0), what="example handled")
+    remote.commit("changes", "speed up (xl)")
+    d1 = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: processed(d1), what="re-created repository handled")
+    assert delivery(d1).attempts == 0 and "queued" in processed(d1).outcome
+    renamed = pr_payload(github, remote, "labeled", label="not-ours")
+    renamed["repository"]["full_name"] = "Codertocat/Renamed"
+    d2 = send("pull_request", renamed).json()["delivery"]
+    wait_until(lambda: processed(d2), what="renamed repository handled")
+    with session_scope() as s:
+        names = {r.id: r.full_name for r in s.scalars(select(Repository))}
+    assert names[1296269] == "Codertocat/Renamed" and names[186853002].startswith("Codertocat/Hello-World (gone")
+
+
+def test_hostile_payloads_are_answered_and_handled_without_a_crash(settings, celery_worker, github, remote,
+                                                                   client, send):
+    remote.commit("changes", "speed up (xl)")
+    nasty = pr_payload(github, remote, "opened")
+    nasty["pull_request"]["title"] = "NUL \x00 in the title"
+    nasty["pull_request"]["user"] = None  # a deleted account
+    nasty["pull_request"]["labels"] = [None]
+    nasty["sender"] = None
+    d = send("pull_request", nasty).json()["delivery"]
+    comment = comment_payload(github, 2, "/eval\x00", "maintainer")
+    comment["comment"]["user"] = None
+    dc = send("issue_comment", comment).json()["delivery"]
+    wait_until(lambda: processed(d) and processed(dc), what="hostile payloads handled")
+    assert delivery(d).attempts == 0 and "\x00" not in stored_pull().title
+    body = b'{"zen": "x"}'
+    long_id = client.post("/webhook", content=body, headers=signed_headers(body, "ping", "x" * 65))
+    assert long_id.status_code == 400
+    for bad in (b"[]", b"not json", b'{"action": null}'):
+        r = client.post("/webhook", content=bad, headers=signed_headers(bad, "pull_request"))
+        assert r.status_code in (400, 202), bad
+    settings.webhook_max_body_bytes = 64 * 1024
+    big = b'{"pad": "' + b"x" * (128 * 1024) + b'"}'
+    assert client.post("/webhook", content=big, headers=signed_headers(big, "ping")).status_code == 413
+
+    def chunks():  # no Content-Length: the stream is cut at the cap, not read whole
+        for _ in range(64):
+            yield b"x" * 4096
+    headers = signed_headers(big, "ping")
+    assert client.post("/webhook", content=chunks(), headers=headers).status_code == 413
+
+
+def test_a_handler_failure_is_recorded_on_the_row_and_retried(settings, celery_worker, github, remote, send,
+                                                              monkeypatch):
+    from bot import handlers
+    remote.commit("changes", "speed up (xl)")
+    calls = []
+    real = handlers.Handlers.pull_request
+
+    def flaky(self, session, payload):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug met a payload")
+        return real(self, session, payload)
+    monkeypatch.setattr(handlers.Handlers, "pull_request", flaky)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: delivery(d).attempts == 1, what="failure recorded")
+    assert "a bug met a payload" in delivery(d).last_error and delivery(d).processed_at is None
+    with session_scope() as s:
+        s.get(Delivery, d).next_attempt_at = datetime.now(timezone.utc)  # backoff elapsed
+    drain_until(lambda: processed(d), settings, what="retried")
+    assert len(calls) == 2
+
+
+# ---- 6. operable ------------------------------------------------------------------------------------
+
+def test_readiness_and_metrics(settings, celery_worker, github, remote, client, send):
+    assert client.get("/readyz").json() == {"status": "ready"}
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
+    text = client.get("/metrics").text
+    for name in ('tokengate_deliveries_total{event="pull_request",outcome="queued"}', "tokengate_queue_depth",
+                 'tokengate_verdicts_total{verdict="XL"} 1.0', "tokengate_evaluation_duration_seconds_bucket",
+                 "tokengate_infra_total", "tokengate_github_api_errors_total",
+                 "tokengate_github_rate_limit_remaining", "tokengate_deliveries_pending"):
+        assert name in text, name
+
+
+def test_serve_refuses_the_development_secret_unless_on_loopback(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENGATE_")}
+    env.update(PYTHONPATH=str(ROOT), TOKENGATE_APP_ID="1", TOKENGATE_PRIVATE_KEY="unused")
+    out = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert out.returncode != 0 and "placeholder" in out.stderr
+
+
+def test_production_defaults_notice_a_dead_gpu_worker_within_30_s():
+    from bot.settings import Settings
+    s = Settings()
+    # The heartbeat lapses ≤ ttl after the kill; the watchdog needs the task older than lost_after and looks
+    # every interval (plus its 0.5 s second look).
+    assert max(s.heartbeat_ttl_s, s.watchdog_lost_after_s) + s.watchdog_interval_s + 0.5 <= 30
