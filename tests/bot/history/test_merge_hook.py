@@ -23,12 +23,14 @@ def test_merged_pr_measures_main_once(settings, celery_worker, github, remote, s
     pr.state, pr.merged, pr.merge_commit_sha = "closed", True, merge_sha
     closed = pr_payload(github, remote, "closed")
     assert closed["pull_request"]["merged"] is True
-    for _ in range(2):  # a redelivery (new delivery id) must not measure twice
-        assert send("pull_request", closed).status_code == 202
+    # A redelivery (new delivery id, same body) must not measure twice: the intake answers it as a
+    # replay (200) or, where it is queued, the hook's own duplicate guard skips it.
+    codes = [send("pull_request", closed).status_code for _ in range(2)]
+    assert codes[0] == 202 and codes[1] in (200, 202), codes
 
     def handled():
         with session_scope() as session:
-            return session.query(Delivery).filter(Delivery.processed_at.is_not(None)).count() == 2
+            return session.query(Delivery).filter(Delivery.processed_at.is_not(None)).count() == codes.count(202)
     wait_until(handled, timeout=30, what="both deliveries")
 
     def measured():
