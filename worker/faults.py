@@ -21,7 +21,8 @@ def infra(kind: InfraKind, detail: str, log_tail: str = "") -> EvalFault:
     return EvalFault(Verdict.INFRA, detail, kind, log_tail)
 
 
-_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": InfraKind.SANDBOX_FAILURE}
+_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": InfraKind.SANDBOX_FAILURE,
+         "sandbox_unavailable": InfraKind.SANDBOX_UNAVAILABLE}
 
 
 def classify(f: RevisionFault, model: str) -> EvalFault:

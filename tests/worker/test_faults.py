@@ -38,7 +38,7 @@ CASES = [
     ("zero", Verdict.INFRA, InfraKind.ZERO_METRIC, "constant"),
     ("hang", Verdict.INFRA, InfraKind.TIMEOUT, "no answer within"),
     ("bad_protocol", Verdict.BUILD_FAILED, None, "generate_greedy"),
-    ("forge_answer", Verdict.BUILD_FAILED, None, "out of sequence"),
+    ("forge_answer", Verdict.BUILD_FAILED, None, "process tree killed"),
 ]
 
 
