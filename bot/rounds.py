@@ -54,6 +54,9 @@ def candidates(session: Session, repo: Repository) -> list[tuple[PullRequest, Ev
         ev = session.scalar(select(Evaluation).where(Evaluation.pull_request_id == pr.id,
                                                      Evaluation.state == EvalState.DONE)
                             .order_by(Evaluation.id.desc()).limit(1))
+        # A verdict made under the sandbox development override is never merged (worker/sandbox/probe.py).
+        if ev is not None and (ev.result or {}).get("sandbox_override"):
+            continue
         if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup:
             out.append((pr, ev))
     return sorted(out, key=lambda item: item[1].best_speedup, reverse=True)
