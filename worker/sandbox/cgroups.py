@@ -9,7 +9,6 @@ was used is part of the receipt (`limits()`).
 from __future__ import annotations
 
 import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -256,13 +255,9 @@ class RevisionCgroup:
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL every process in the cgroup (setsid and double-forked ones too) and wait until empty."""
         try:
-            _write(self.v2 / "cgroup.kill", "1")
-        except OSError:
-            for pid in self.pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _write(self.v2 / "cgroup.kill", "1")  # the probe requires it (kernel >= 5.14)
+        except FileNotFoundError:
+            return  # already removed
         deadline = time.monotonic() + timeout
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.005)
