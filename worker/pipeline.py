@@ -207,7 +207,7 @@ class Evaluation:
         common = dict(gpu=p.device.startswith("cuda"), allow_degraded=self.settings.sandbox_dev_override,
                       memory_limit_bytes=p.memory_limit_bytes or (64 << 30),  # cgroup memory.max (tmpfs counts)
                       cpus=p.cpu_set(), hide=[Path.home()],
-                      read_only=sorted({m.parent for m in model_paths} | {x for x in python if x.exists()}),
+                      read_only=sorted({Path(m) for m in model_paths} | {x for x in python if x.exists()}),  # the model FILES only
                       secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
         d = self.workdir / "proc"

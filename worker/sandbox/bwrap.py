@@ -83,7 +83,9 @@ def bwrap_argv(argv: list[str], spec: SandboxSpec, *, seccomp_fd: int, passwd_fd
             w += ["--ro-bind", str(p), str(p)]
     for p in _ordered(spec.writable):
         w += ["--bind", str(p), str(p)]
-    w += ["--chdir", SCRATCH, "--seccomp", str(seccomp_fd), "--"]
+    # The root tmpfs bwrap builds (and the parent dirs it made for the binds) becomes read-only:
+    # /tmp, /scratch and `writable` are the only places a revision can write.
+    w += ["--remount-ro", "/", "--chdir", SCRATCH, "--seccomp", str(seccomp_fd), "--"]
     return w + argv
 
 

@@ -290,10 +290,17 @@ def test_freeze_stops_every_thread_and_kill_gets_setsid_daemons(tmp_path):
         a = cg.cpu_usage_ns()
         time.sleep(0.5)
         assert cg.cpu_usage_ns() - a > 2e8
-        pids = cg.pids()
-        assert len(pids) >= 3
+        procs = [psutil.Process(x) for x in cg.pids()]
+        assert len(procs) >= 3
     finally:
         sandbox.kill_tree(p)
         p.wait(timeout=10)
-    assert cg.pids() == [] and not any(psutil.pid_exists(x) and psutil.Process(x).status() != "zombie" for x in pids)
+    time.sleep(0.2)
+
+    def alive(q):
+        try:
+            return q.is_running() and q.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+    assert cg.pids() == [] and not [q for q in procs if alive(q)]
     cg.remove()

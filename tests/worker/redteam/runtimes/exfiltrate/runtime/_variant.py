@@ -36,6 +36,16 @@ def on_load():
         "pg_unix_socket": a.postgres(T["marker"], host="/var/run/postgresql"),
         "redis": a.redis_set(T["marker"]),
         "postgres": a.postgres(T["marker"]),
-        "host_write": a.write(T["host_file"]),
+        "write_model": a.write(T["model"]),  # bound read-only
+        # (writing T["host_file"] lands in the sandbox's private /tmp; the test checks the host's)
+        "_private_tmp_write": None if a.write(T["host_file"]) else None,
     }
     a.report(got)
+
+
+# Attack at import time (the harness imports `runtime` in its hello): a failure is the revision's own.
+on_load()
+
+
+def on_load():  # noqa: F811 - the attack already ran
+    pass

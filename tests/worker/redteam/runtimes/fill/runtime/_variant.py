@@ -32,3 +32,11 @@ def on_load():
         except OSError as exc:
             raise RuntimeError(f"filling {where} stopped after {n} MiB: {exc}") from None
     raise RuntimeError("wrote 8 GiB unhindered")
+
+
+# Attack at import time (the harness imports `runtime` in its hello): a failure is the revision's own.
+on_load()
+
+
+def on_load():  # noqa: F811 - the attack already ran
+    pass
