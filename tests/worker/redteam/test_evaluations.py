@@ -179,7 +179,8 @@ def test_comment_injection_is_escaped(tmp_path):
     body, rest = md.split(fence + "\n", 1)[1].split("\n" + fence, 1)
     assert max(len(x) for x in re.findall(r"`+", body)) < len(fence) and fence not in rest
     outside = md.replace(body, "")
-    assert "<img" not in outside and "](javascript" not in outside and "@everyone" not in outside
+    assert "<img" not in outside and "@everyone" not in outside, outside
+    assert not re.search(r"(?<!\\)\]\(javascript", outside)
     assert not any(line.startswith(("| decode@32", "## ✅")) for line in outside.splitlines())
     assert md.rstrip().endswith("</sub>")  # nothing swallowed the footer
 
