@@ -91,7 +91,7 @@ class RevisionProcess:
         self.shm = LogitsBuffer(self.logits_capacity)
         r, w = os.pipe()
         spec = sandbox.SandboxSpec(
-            scratch=self.scratch, read_only=[self.root, driver_dir, *self.read_only], writable=list(self.writable),
+            scratch=self.scratch, read_only=[self.root, driver_dir, Path(sys.prefix), Path(sys.base_prefix), *self.read_only], writable=list(self.writable),
             gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, pids_max=self.pids_max,
             cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra, name=self.role)
         argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w), str(self.shm.fd)]

@@ -129,7 +129,7 @@ def test_work_on_exited_threads_is_on_the_clock(tmp_path):
 
 
 def test_hogging_the_other_revision_does_not_pay(tmp_path):
-    r = run_eval(tmp_path, "hog")
+    r = run_eval(tmp_path, "hog", clock="wall", pairs=4)
     if not judged(r):
         return
     assert r.verdict not in TIERS, text(r)
