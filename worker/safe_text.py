@@ -13,6 +13,7 @@ INLINE_CAP = 600
 BLOCK_CAP = 3000
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")  # incl. bidi overrides
 _MD = re.compile(r"([\\`*_\[\]|~#!])")
+_MENTION = re.compile(r"(?<![\w])@(?=[A-Za-z0-9])")
 
 
 def _cap(text: str, cap: int, keep_end: bool = False) -> str:
@@ -26,7 +27,7 @@ def inline(text: object, cap: int = INLINE_CAP) -> str:
     s = _cap(" ".join(s.split()), cap)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD.sub(r"\\\1", s)
-    return s.replace("@", "@\u200b")  # no notifications from PR text
+    return _MENTION.sub("@\u200b", s)  # no notifications from PR text (gate names like decode@512 stay)
 
 
 def code_block(text: object, cap: int = BLOCK_CAP, lang: str = "") -> str:
