@@ -43,6 +43,26 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
+def _leave_root_of_subtree(base: Path, notes: list[str]) -> None:
+    """cgroup v2's no-internal-processes rule: controllers can be enabled for children only when `base`
+    itself holds no process (else EBUSY, as on a container's own cgroup). Move the processes of `base`
+    (this worker's own) into a leaf `base/worker` first."""
+    procs = [p for p in (base / "cgroup.procs").read_text().split() if p]
+    if not procs:
+        return
+    leaf = base / "worker"
+    try:
+        leaf.mkdir(exist_ok=True)
+        for pid in procs:
+            try:
+                _write(leaf / "cgroup.procs", pid)
+            except ProcessLookupError:
+                pass  # exited meanwhile
+        notes.append(f"moved {len(procs)} process(es) of {base} into {leaf} to delegate controllers")
+    except OSError as exc:
+        notes.append(f"could not empty {base} for delegation: {exc}")
+
+
 @dataclass
 class Layout:
     """Where this worker may make child cgroups, and which backend enforces each limit."""
@@ -71,6 +91,8 @@ def discover() -> Layout:
     avail = set((base / "cgroup.controllers").read_text().split())
     enabled = set((base / "cgroup.subtree_control").read_text().split())
     want = {"memory", "pids"} & avail
+    if want - enabled:
+        _leave_root_of_subtree(base, notes)
     for c in want - enabled:
         try:
             _write(base / "cgroup.subtree_control", f"+{c}")
