@@ -3,7 +3,7 @@
 FROM python:3.11-slim
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git bubblewrap ca-certificates \
+ && apt-get install -y --no-install-recommends git bubblewrap ca-certificates linux-libc-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -18,6 +18,10 @@ RUN pip install --no-cache-dir .
 # The package is installed, but templates/ and migrations/ are read from /app.
 ENV PYTHONUNBUFFERED=1 PYTHONPATH=/app
 RUN useradd --create-home --uid 10001 tokengate
+# The GPU worker needs, from the container runtime (worker/sandbox, README "Security"): user namespaces
+# (Docker's default seccomp profile refuses clone(CLONE_NEWUSER): run the gpu-worker with a profile that
+# allows it), a writable delegated cgroup v2 subtree (cgroupns=private, /sys/fs/cgroup rw) with memory and
+# pids enabled, and bubblewrap (installed above). Without them evaluations are INFRA sandbox_unavailable.
 USER tokengate
 EXPOSE 8000
 CMD ["tokengate", "serve", "--port", "8000"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from bot.enums import EvalState, InfraReason, check_conclusion, verdict_label
+from worker import safe_text
 from worker.records import EvalResult, Verdict
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -71,7 +72,8 @@ def device_name(run) -> str:
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration, device_name=device_name)
+    env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration, device_name=device_name,
+                       **safe_text.FILTERS)
     env.globals.update(Verdict=Verdict, EvalState=EvalState, InfraReason=InfraReason, icon=VERDICT_ICON,
                        verdict_label=verdict_label, marker=STICKY_MARKER)
     return env

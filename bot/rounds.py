@@ -57,6 +57,9 @@ def candidates(session: Session, repo: Repository, production: bool = False) -> 
         ev = session.scalar(select(Evaluation).where(Evaluation.pull_request_id == pr.id,
                                                      Evaluation.state == EvalState.DONE)
                             .order_by(Evaluation.id.desc()).limit(1))
+        # A verdict made under the sandbox development override is never merged (worker/sandbox/probe.py).
+        if ev is not None and (ev.result or {}).get("sandbox_override"):
+            continue
         if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup \
                 and (not production or ev.profile in MERGEABLE_PROFILES):
             out.append((pr, ev))

@@ -67,6 +67,11 @@ class ProfileSettings(BaseModel):
     # Output check on the timed decode runs (teacher-forced against the trusted reference).
     output_min_agree: float = 0.9
     output_tie_tol: float = 1e-3  # a token whose reference logit is within this of the max counts
+    # Logit-level check of every timed prefill (worker/gates/verify.py): head's KL to the reference
+    # may be at most max(floor, ratio x base's KL on the same prompts); base above base_max is INFRA.
+    output_kl_floor: float = 1e-3
+    output_kl_ratio: float = 4.0
+    output_kl_base_max: float = 0.1
     verify_reps: int | None = None  # None = verify every timed rep; k = k reps per gate, drawn after timing
     # Limits.
     load_timeout_s: float = 300.0
@@ -253,6 +258,9 @@ class EvalSettings(BaseModel):
     # kl_abs_tol (calibration widens the ratio to A/A's own spread).
     kl_ratio_max: float = Field(1.5, gt=1)
     kl_abs_tol: float = Field(1e-6, ge=0)
+    # Development only: run under whatever sandbox layers work when the full sandbox cannot be set up.
+    # Every verdict made so says so in its first line and is never merged.
+    sandbox_dev_override: bool = False
     profiles: dict[str, ProfileSettings] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
 
     def profile_settings(self, name: str | None = None) -> ProfileSettings:

@@ -27,7 +27,8 @@ def infra(kind: InfraKind, detail: str, log_tail: str = "") -> EvalFault:
 
 
 _INFRA_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": InfraKind.SANDBOX_FAILURE,
-               "nonfinite": InfraKind.NAN_METRIC, "constant": InfraKind.ZERO_METRIC}
+               "nonfinite": InfraKind.NAN_METRIC, "constant": InfraKind.ZERO_METRIC,
+               "sandbox_unavailable": InfraKind.SANDBOX_UNAVAILABLE}
 _WHAT = {"load": "the model did not load", "oom": "ran out of memory", "timeout": "hung",
          "crashed": "crashed", "error": "raised", "nonfinite": "returned non-finite logits",
          "constant": "returned constant logits"}
@@ -50,8 +51,8 @@ def classify(f: RevisionFault, model: str, memory: dict | None = None) -> EvalFa
     where = f"{f.role} on {model} during {f.phase}"
     if f.role == "reference":
         return infra(InfraKind.INTERNAL_ERROR, f"the trusted reference failed ({where}): {f.detail}", f.log_tail)
-    if f.kind == "sandbox":
-        return infra(InfraKind.SANDBOX_FAILURE, f"{where}: {f.detail}", f.log_tail)
+    if f.kind in ("sandbox", "sandbox_unavailable"):  # the host's sandbox, never the PR's fault
+        return infra(_INFRA_KIND[f.kind], f"{where}: {f.detail}", f.log_tail)
     if f.role == "base":
         return infra(InfraKind.BASELINE_CRASHED, f"the baseline failed ({where}): {f.kind}: {f.detail}", f.log_tail)
     if f.role != "head":  # e.g. an A/A sentinel process: never the PR's

@@ -107,18 +107,10 @@ class RevisionScores:
         return float(np.mean([s.kl_mean for s in self.seeds]))
 
 
-def _read_logits(path: Path, shape: list[int]) -> np.ndarray:
-    arr = np.fromfile(path, dtype=np.float32)
-    path.unlink(missing_ok=True)
-    if arr.size != shape[0] * shape[1]:
-        raise infra(InfraKind.MISSING_METRIC, f"logits file holds {arr.size} values, expected {shape}")
-    return arr.reshape(shape)
-
-
-def _logits(proc: RevisionProcess, key: str, timeout: float) -> np.ndarray:
-    out = proc.scratch / f"logits-{key}.f32"
-    resp, _ = proc.request("logits", key=key, out=str(out), phase="accuracy", timeout=timeout)
-    return _read_logits(out, resp["shape"])
+def _logits(proc: RevisionProcess, key: str, rows: int, timeout: float) -> np.ndarray:
+    """All-position logits through the parent's shared memory (worker/harness/shm.py)."""
+    resp, _ = proc.request("logits", key=key, phase="accuracy", timeout=timeout)
+    return proc.read_logits(resp, rows, "accuracy")
 
 
 def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProcess, *, vocab: int,
@@ -148,12 +140,12 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 ref_lp = np.load(cache)
             else:
                 reference.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                ref_lp = guard_math.log_softmax(_logits(reference, key, t), dev)
+                ref_lp = guard_math.log_softmax(_logits(reference, key, len(ids), t), dev)
                 np.save(cache, ref_lp)
             ref = guard_math.Reference(ref_lp, dev)
             for r, proc in procs.items():
                 proc.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                lg = _logits(proc, key, t)
+                lg = _logits(proc, key, len(ids), t)
                 # A revision's own output: the head's fault when it is the head (worker/faults.py).
                 if not np.all(np.isfinite(lg)):
                     raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")

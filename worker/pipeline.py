@@ -28,6 +28,7 @@ from worker.calibration import history, sentinel
 from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
 from worker.gates.bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
+from worker.gates.verify import LogitCheck, check_timed_logits, judge_logits
 from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.faults import EvalFault, classify, infra
@@ -169,6 +170,9 @@ class Evaluation:
         git_dir = None
         outcomes: dict[str, ModelOutcome] = {}
         try:
+            iso = sandbox.detect_isolation()
+            if not iso.full and not self.settings.sandbox_dev_override:
+                raise infra(InfraKind.SANDBOX_UNAVAILABLE, f"the full sandbox cannot be set up on this host: {iso.reason}")
             self.progress("checkout")
             self.workdir.mkdir(parents=True, exist_ok=True)
             git_dir, base, head = checkout_pair(self.job.repo, self.job.base_ref, self.job.head_ref, self.workdir,
@@ -218,6 +222,11 @@ class Evaluation:
         self._clock_phase("done", {})
         receipt["phases"] = getattr(self, "_phases", [])
         receipt["pair_load_seconds"] = getattr(self, "_pair_loads", [])
+        iso = sandbox.detect_isolation()
+        if self.settings.sandbox_dev_override and not iso.full:
+            result.sandbox_override = True
+            result.summary = (f"DEVELOPMENT OVERRIDE: incomplete sandbox ({iso.method}: {iso.reason}); this verdict "
+                              f"is never merged. {result.summary}")
         result.receipt = receipt
         self._user_progress("done", verdict=result.verdict.value)
         return result
@@ -229,10 +238,10 @@ class Evaluation:
         # Home is hidden (keys, tokens, config files); the Python install stays visible even if it
         # lives there (pyenv), and so do the model files.
         python = {Path(sys.prefix), Path(sys.base_prefix), *(Path(x) for x in site.getsitepackages())}
-        common = dict(gpu=p.device.startswith("cuda"),
-                      memory_limit_bytes=None if p.device.startswith("cuda") else p.memory_limit_bytes,
+        common = dict(gpu=p.device.startswith("cuda"), allow_degraded=self.settings.sandbox_dev_override,
+                      memory_limit_bytes=p.memory_limit_bytes or (64 << 30),  # cgroup memory.max (tmpfs counts)
                       cpus=p.cpu_set(), hide=[Path.home()],
-                      read_only=sorted({m.parent for m in model_paths} | {x for x in python if x.exists()}),
+                      read_only=sorted({Path(m) for m in model_paths} | {x for x in python if x.exists()}),  # the model FILES only
                       secrets=self.secrets,
                       env_extra={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if p.device == "cpu" else {})
         d = self.workdir / "proc"
@@ -371,6 +380,8 @@ class Evaluation:
         self._foreign_gpu_check(procs, "after measuring")
         self.progress("verify", model=spec.name)
         checks = [self._verify(sweeps[0], gates, procs["reference"])]
+        logit_cache: dict = {}
+        logit_checks = [self._verify_logits(sweeps[0], gates, procs["reference"], logit_cache)]
         while more_pairs is not None:
             wanted = [nulls[g.name].pairs for g in gates
                       if nulls[g.name].wants_more(self._pair_deltas(sweeps, g.name))]
@@ -383,8 +394,10 @@ class Evaluation:
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
             checks.append(self._verify(sweeps[-1], gates, procs["reference"]))
+            logit_checks.append(self._verify_logits(sweeps[-1], gates, procs["reference"], logit_cache))
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
+        self._judge_logits(spec.name, gates, logit_checks, out)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -428,6 +441,29 @@ class Evaluation:
                         f"({(h - b) / b:+.0%}; bound +{s.memory_bound:.0%} + {s.memory_slack_bytes >> 20} MiB)")
             rows[g.name] = row
         out.receipt["gate_memory"] = rows
+
+    def _verify_logits(self, sweep, gates: list[GateSpec], reference: RevisionProcess, cache: dict) -> dict:
+        t = self.profile.request_timeout_s
+        return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=t, cache=cache)
+                for g in gates for r in ("base", "head")}
+
+    def _judge_logits(self, model: str, gates: list[GateSpec], per_sweep: list[dict], out: ModelOutcome) -> None:
+        p = self.profile
+        rec = {}
+        for g in gates:
+            merged = {}
+            for r in ("base", "head"):
+                parts = [c[(r, g.name)] for c in per_sweep]
+                vals = [x for x in parts if x.kl_mean is not None]
+                n = sum(x.checked for x in vals)
+                merged[r] = LogitCheck(sum(x.kl_mean * x.checked for x in vals) / n if n else None,
+                                       max((x.kl_max for x in vals), default=None), n, parts[0].reason)
+            rec[g.name] = {r: asdict(c) for r, c in merged.items()}
+            failure = judge_logits(model, g.name, merged["head"], merged["base"], floor=p.output_kl_floor,
+                                   ratio=p.output_kl_ratio, base_max=p.output_kl_base_max)
+            if failure:
+                out.output_failures.append(failure)
+        out.receipt["timed_logit_checks"] = rec
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
@@ -527,7 +563,7 @@ class Evaluation:
             checks.append({"when": when, "checked": False, "reason": nv.reason or "NVML process list unavailable"})
             return
         checks.append({"when": when, "checked": True, "gpu_pids": pids})
-        ours = {sandbox.os.getpid()}
+        ours = {__import__("os").getpid()}
         for proc in procs.values():
             if proc.proc is not None:
                 ours.update(sandbox.tree_pids(proc.proc.pid))
@@ -547,6 +583,7 @@ class Evaluation:
     def _usage(self, proc: RevisionProcess) -> dict:
         u = asdict(proc.usage)
         u["hello"] = getattr(self, "_hellos", {}).get(proc.role)
+        u["isolation"] = proc.isolation  # what this process actually ran under (uid, cgroup limits read back)
         if not self.profile.device.startswith("cuda"):
             u["peak_gpu_memory_bytes"] = None
             u["peak_gpu_memory_reason"] = "CPU evaluation"

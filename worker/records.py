@@ -39,6 +39,7 @@ class InfraKind(str, Enum):
     BASELINE_CRASHED = "baseline_crashed"
     FOREIGN_GPU_PROCESS = "foreign_gpu_process"
     SANDBOX_FAILURE = "sandbox_failure"
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # the full sandbox cannot be set up on this host (fail closed)
     CHECKOUT_FAILURE = "checkout_failure"
     INTERNAL_ERROR = "internal_error"
     WORKER_LOST = "worker_lost"  # the worker vanished mid-evaluation (set by the bot's watchdog)
@@ -101,6 +102,8 @@ class EvalResult:
     # A head fault judged the PR's own (worker/attribution.py): {"role", "model", "phase", "kind", "detail", "attempts"}
     failure: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)  # what limits the verdict (uncalibrated gates, drift, earlier attempts)
+    # Made under the development override with an incomplete sandbox: never merged (bot/rounds.py).
+    sandbox_override: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import jinja2
 
+from worker import safe_text
 from worker.records import EvalResult, GateResult
 
 # All wording lives in the top-level templates/ folder (the bot renders its GitHub text from there too).
@@ -36,6 +37,7 @@ def gate_word(g: GateResult) -> str:
 def comment_markdown(result: EvalResult) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(safe_text.FILTERS)  # PR-derived text is escaped in the templates (| md, | codeblock)
     rc = result.receipt or {}
     iso = rc.get("isolation", {})
     iso_text = iso.get("method", "?") + ("" if iso.get("network_isolated", False) else " (NOT network-isolated)")

@@ -52,7 +52,7 @@ CASES = [
     ("zero", Verdict.REJECT, None, "constant"),
     ("hang", Verdict.REJECT, None, "no answer within"),
     ("bad_protocol", Verdict.BUILD_FAILED, None, "generate_greedy"),
-    ("forge_answer", Verdict.BUILD_FAILED, None, "out of sequence"),
+    ("forge_answer", Verdict.BUILD_FAILED, None, "process tree killed"),
 ]
 
 

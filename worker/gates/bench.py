@@ -3,7 +3,9 @@
 Per decode gate and rep: untimed-for-this-gate `prefill(prompt[:N])`, then `generate_greedy(M)`
 timed → M / seconds. Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
 Each rep uses a fresh prompt (same one for base and head), so caching answers cannot help; the
-emitted ids are kept for the output check against the trusted reference.
+emitted ids and the last-position logits of every prefill are kept for the output checks against
+the trusted reference (worker/gates/verify.py). The revision that is not being timed is frozen
+(cgroup.freeze): it can neither do deferred work off the clock nor compete with the timed one.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class Sample:
     wall_seconds: float | None = None
     ids: list[int] | None = None  # decode: emitted ids
     argmax: int | None = None  # prefill: argmax of the last logits
+    logits: np.ndarray | None = field(default=None, repr=False)  # last-position logits of the prefill (parent's copy)
 
 
 @dataclass
@@ -68,11 +71,13 @@ class Sweep:
         return [s.value for s in self.samples.get((role, gate), [])]
 
 
-def _check_logits(summary: dict, role: str, what: str) -> None:
-    if not summary.get("finite"):
+def _check_logits(v: np.ndarray, role: str, what: str) -> int:
+    """Facts about a logits vector, computed here (the revision's process could lie about them)."""
+    if not np.all(np.isfinite(v)):
         raise infra(InfraKind.NAN_METRIC, f"{role}: {what} returned non-finite logits; nothing to measure")
-    if not summary.get("nonzero") or not summary.get("spread"):
+    if not np.any(v != 0) or not float(v.max() - v.min()) > 0:
         raise infra(InfraKind.ZERO_METRIC, f"{role}: {what} returned all-zero/constant logits; nothing to measure")
+    return int(v.argmax())
 
 
 def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
@@ -103,26 +108,32 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
     """
     out = []
     resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
-    _check_logits(resp, proc.role, f"prefill@{context}")
+    last = proc.read_logits(resp, 1, phase).reshape(-1)
+    argmax = _check_logits(last, proc.role, f"prefill@{context}")
     if prefill_gate is not None:
         secs = _timed(proc, wall, clock, prefill_gate.name)
         out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,
-                          wall_seconds=wall, argmax=resp["argmax"]))
+                          wall_seconds=wall, argmax=argmax, logits=last))
     if decode_gate is not None:
         resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout)
         secs = _timed(proc, wall, clock, decode_gate.name)
+        ids = resp.get("ids")
+        if not (isinstance(ids, list) and len(ids) == decode_gate.tokens and all(type(t) is int for t in ids)):
+            raise RevisionFault(proc.role, phase, "protocol", f"generate answered {str(ids)[:120]}")
         out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
-                          wall_seconds=wall, ids=resp["ids"]))
+                          wall_seconds=wall, ids=ids, logits=last))
     return out
 
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
-              clock: str = "wall", on_step=None, gpu_memory=None) -> Sweep:
+              clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
     is robust to bursts of load from other processes; every one of them is output-checked).
+    While one revision is timed the other is frozen (`freeze`); `idle_check(timed, idle)` runs after
+    each timed request (GPU: did the frozen one have kernels running?).
     """
     sweep = Sweep(gates)
     roles = ("base", "head")
@@ -144,8 +155,18 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                     procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
 
     def measure(r, c, rep, i, phase):
-        return _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
-                        timeout, phase, clock)
+        other = procs[roles[1 - roles.index(r)]]
+        if freeze:
+            other.freeze(True)
+        try:
+            out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
+                           timeout, phase, clock)
+            if idle_check is not None:
+                idle_check(procs[r], other)
+        finally:
+            if freeze:
+                other.freeze(False)
+        return out
 
     def read_memory(r, c):  # the first round only: see Sweep.gpu_memory
         if gpu_memory is not None and (r, c) not in sweep.gpu_memory:

@@ -2,20 +2,25 @@
 
 Every duration used by a gate is `perf_counter` around one request, taken here: the request is
 written, the child does the work and synchronises its device, the answer is read. The child
-never reports a time.
+never reports a time. On-CPU time comes from the revision's own cgroup (`cpu.stat`: every thread
+and child that ever ran in it). Answers are bounded, length-prefixed frames read with deadlines
+(frames.py); logits arrive in shared memory this process allocated (shm.py), and every reduction
+of them (argmax, finiteness, KL) is computed here.
 """
 from __future__ import annotations
 
-import json
 import os
-import selectors
 import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from worker import sandbox
+from worker.harness import frames
+from worker.harness.shm import DEFAULT_CAPACITY, LogitsBuffer
 
 DRIVER_SRC = Path(__file__).with_name("driver.py")
 
@@ -23,7 +28,7 @@ DRIVER_SRC = Path(__file__).with_name("driver.py")
 class RevisionFault(Exception):
     """The revision's process did not give a usable answer.
 
-    kind: import | protocol | load | oom | error | timeout | crashed | sandbox
+    kind: import | protocol | load | oom | error | timeout | crashed | sandbox | sandbox_unavailable
     """
 
     def __init__(self, role: str, phase: str, kind: str, detail: str, log_tail: str = ""):
@@ -52,12 +57,18 @@ class RevisionProcess:
     hide: list[Path] = field(default_factory=list)
     read_only: list[Path] = field(default_factory=list)
     env_extra: dict[str, str] = field(default_factory=dict)
-    writable: list[Path] = field(default_factory=list)  # beyond its scratch (its compile cache)
     secrets: list[str] = field(default_factory=list)  # values redacted from any log tail we return
+    writable: list[Path] = field(default_factory=list)  # extra host dirs bound read-write (e.g. a compile cache)
+    pids_max: int = 256
+    allow_degraded: bool = False  # the development override: run under whatever sandbox layers work
+    logits_capacity: int = DEFAULT_CAPACITY
 
     def __post_init__(self):
         self.proc = None
-        self._buf = b""
+        self.cgroup = None
+        self.shm: LogitsBuffer | None = None
+        self.vocab: int | None = None
+        self.isolation: dict | None = None
         self.usage = ProcessUsage()
         self.hello: dict = {}
         self.track_cpu = False  # measure on-CPU time of each request too (CPU profiles)
@@ -76,23 +87,31 @@ class RevisionProcess:
         """Spawn the sandboxed driver and say hello (timeout None: do not wait; see finish_start)."""
         driver_dir = self.workdir / "driver"
         driver_dir.mkdir(parents=True, exist_ok=True)
-        self.scratch.mkdir(parents=True, exist_ok=True)
         shutil.copy(DRIVER_SRC, driver_dir / "driver.py")
+        self.shm = LogitsBuffer(self.logits_capacity)
         r, w = os.pipe()
         spec = sandbox.SandboxSpec(
-            scratch=self.scratch, read_only=[self.root, driver_dir, *self.read_only], hide=self.hide,
-            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra,
-            writable=self.writable)
-        argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w)]
+            scratch=self.scratch, read_only=[self.root, driver_dir, Path(sys.prefix), Path(sys.base_prefix), *self.read_only], writable=list(self.writable),
+            gpu=self.gpu, memory_limit_bytes=self.memory_limit_bytes, pids_max=self.pids_max,
+            cpus=self.cpus if self.pin_at_start else None, env_extra=self.env_extra, name=self.role)
+        argv = [sys.executable, "-I", str(driver_dir / "driver.py"), str(self.root), str(w), str(self.shm.fd)]
+        self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            self.proc = sandbox.spawn(argv, spec, pass_fds=(w,), log_path=self.log_path)
+            self.proc = sandbox.spawn(argv, spec, pass_fds=(w, self.shm.fd), log_path=self.log_path,
+                                      allow_degraded=self.allow_degraded)
+        except sandbox.SandboxUnavailable as exc:
+            os.close(r)
+            os.close(w)
+            raise RevisionFault(self.role, "start", "sandbox_unavailable", str(exc)) from exc
         except OSError as exc:
             os.close(r)
             os.close(w)
             raise RevisionFault(self.role, "start", "sandbox", f"could not start the sandbox: {exc}") from exc
         os.close(w)
+        self.cgroup = getattr(self.proc, "cgroup", None)
+        self.isolation = getattr(self.proc, "isolation", None)
         self._rfd = r
-        os.set_blocking(r, False)
+        self._reader = frames.FrameReader(r)
         self.begin("hello")
         if timeout is not None:
             return self.finish_start(timeout)
@@ -110,30 +129,60 @@ class RevisionProcess:
         except OSError as exc:
             raise RevisionFault(self.role, "measure", "sandbox", f"could not pin to CPUs {sorted(self.cpus)}: {exc}")
 
+    def freeze(self, on: bool = True) -> None:
+        """Stop (or resume) every thread of the revision: it can neither work off the clock nor
+        compete with the revision being timed."""
+        if self.cgroup is not None and self.proc is not None:
+            try:
+                self.cgroup.freeze(on)
+            except (OSError, sandbox.cgroups.CgroupError) as exc:
+                raise RevisionFault(self.role, "measure", "sandbox", f"could not {'freeze' if on else 'thaw'}: {exc}")
+
     def close(self) -> None:
         if self.proc is None:
             return
         if self.proc.returncode is None:
-            u = sandbox.tree_usage(self.proc.pid)  # before exit: the sandbox's own rusage misses its children
-            self.usage.cpu_user_s, self.usage.cpu_system_s = u["cpu_user_s"], u["cpu_system_s"]
-            self.usage.max_rss_bytes = u["max_rss_bytes"]
+            self.freeze(False)
+            self._account()
             try:
-                self._send({"op": "exit"})
-                self._read_line(5.0, "exit")
-            except (RevisionFault, OSError):
+                self._send({"op": "exit", "seq": -1})
+                self._reader.read(5.0)
+            except (RevisionFault, frames.FrameError, OSError):
                 pass
             deadline = time.monotonic() + 5  # let it exit by itself so its rusage reaches us
             while self.proc.returncode is None and time.monotonic() < deadline:
                 if not self._reap(block=False):
                     time.sleep(0.02)
-            if self.proc.returncode is None:
-                sandbox.kill_tree(self.proc)
-                self._reap()
+        self._account()
+        # Whatever it left behind (daemons, setsid'd or double-forked children) dies with its cgroup.
+        sandbox.kill_tree(self.proc)
+        if self.proc.returncode is None:
+            self._reap()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         try:
             os.close(self._rfd)
         except OSError:
             pass
+        if self.shm is not None:
+            self.shm.close()
+            self.shm = None
         self.proc = None
+
+    def _account(self) -> None:
+        """CPU and peak memory from the cgroup (covers exited threads and children)."""
+        if self.cgroup is not None:
+            ns = self.cgroup.cpu_usage_ns()
+            if ns is not None:
+                self.usage.cpu_user_s = ns / 1e9  # user+system: cpu.stat usage
+                self.usage.cpu_system_s = 0.0
+            peak = self.cgroup.memory_peak()
+            if peak:
+                self.usage.max_rss_bytes = peak
+        elif self.proc.returncode is None:
+            u = sandbox.tree_usage(self.proc.pid)
+            self.usage.cpu_user_s, self.usage.cpu_system_s = u["cpu_user_s"], u["cpu_system_s"]
+            self.usage.max_rss_bytes = u["max_rss_bytes"]
 
     def _reap(self, block: bool = True) -> bool:
         """wait4 the sandbox process (its rusage covers the children it waited for)."""
@@ -147,7 +196,7 @@ class RevisionProcess:
         if pid == 0:
             return False
         self.proc.returncode = os.waitstatus_to_exitcode(status)
-        if self.usage.cpu_user_s is None:
+        if self.usage.cpu_user_s is None and self.cgroup is None:
             self.usage.max_rss_bytes = ru.ru_maxrss * 1024
             self.usage.cpu_user_s, self.usage.cpu_system_s = ru.ru_utime, ru.ru_stime
         self.usage.exit_status = self.proc.returncode
@@ -170,69 +219,76 @@ class RevisionProcess:
         if self.proc is None:
             raise RevisionFault(self.role, op, "crashed", "process not running")
         self._seq = getattr(self, "_seq", 0) + 1
-        self._cpu0 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
+        self._cpu0 = self._cpu_ns() if self.track_cpu else None
         self._t0 = time.perf_counter()
         self._send({"op": op, "seq": self._seq, **kw})
 
     def finish(self, *, phase: str, timeout: float) -> tuple[dict, float]:
-        line = self._read_line(timeout, phase)
+        resp = self._read(timeout, phase)
         elapsed = time.perf_counter() - self._t0
-        cpu1 = sandbox.tree_oncpu_ns(self.proc.pid) if self.track_cpu else None
+        cpu1 = self._cpu_ns() if self.track_cpu else None
         cpu0 = self._cpu0
         self.last_oncpu_s = (cpu1 - cpu0) / 1e9 if cpu0 is not None and cpu1 is not None else None
         self._sample_rss()
-        try:
-            resp = json.loads(line)
-        except json.JSONDecodeError:
-            raise RevisionFault(self.role, phase, "protocol", f"unreadable answer {line[:200]!r}") from None
         if resp.get("seq") != self._seq:
-            sandbox.kill_tree(self.proc)
-            self._reap()
-            raise RevisionFault(self.role, phase, "protocol", f"answer out of sequence (seq {resp.get('seq')!r}, "
+            self._kill()
+            raise RevisionFault(self.role, phase, "protocol", f"answer out of sequence (seq {str(resp.get('seq'))[:40]!r}, "
                                 f"expected {self._seq}): something other than the harness wrote to its channel")
-        if not resp.get("ok"):
-            kind = resp.get("kind", "error")
-            detail = resp.get("error", "no detail")
+        if resp.get("ok") is not True:
+            kind = str(resp.get("kind", "error"))[:40]
+            detail = str(resp.get("error", "no detail"))[:2000]
             raise RevisionFault(self.role, phase, kind, self._redact(detail),
-                                self._redact(resp.get("trace", "") + "\n" + self.log_tail()))
+                                self._redact(str(resp.get("trace", ""))[-4000:] + "\n" + self.log_tail()))
+        if "vocab_size" in resp and isinstance(resp["vocab_size"], int):
+            self.vocab = resp["vocab_size"]
         return resp, elapsed
+
+    def read_logits(self, resp: dict, rows: int, phase: str) -> np.ndarray:
+        """rows x vocab float32 logits the last answer put in shared memory (shape checked here)."""
+        shape = resp.get("shape")
+        want = [rows, self.vocab] if rows > 1 else None
+        ok = isinstance(shape, list) and all(isinstance(x, int) for x in shape) and (
+            shape == want if want else shape in ([self.vocab], [1, self.vocab]))
+        if not ok or self.vocab is None:
+            raise RevisionFault(self.role, phase, "protocol", f"logits of shape {str(shape)[:80]}, expected "
+                                f"{want or [self.vocab]}")
+        try:
+            return self.shm.read(rows, self.vocab)
+        except ValueError as exc:
+            raise RevisionFault(self.role, phase, "protocol", str(exc)) from None
 
     def _send(self, msg: dict) -> None:
         try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.write(frames.encode(msg))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self._died("send")
 
-    def _read_line(self, timeout: float, phase: str) -> str:
-        deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self._rfd, selectors.EVENT_READ)
+    def _kill(self) -> None:
+        sandbox.kill_tree(self.proc)
+        self._reap()
+
+    def _read(self, timeout: float, phase: str) -> dict:
         try:
-            while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    sandbox.kill_tree(self.proc)
-                    self._reap()
-                    raise RevisionFault(self.role, phase, "timeout", f"no answer within {timeout:.0f} s; "
-                                        "process group killed", self.log_tail())
-                if sel.select(min(left, 0.5)):
-                    chunk = os.read(self._rfd, 1 << 16)
-                    if not chunk:
-                        self._died(phase)
-                    self._buf += chunk
-                else:
-                    self._watch_memory(phase)
-        finally:
-            sel.close()
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line.decode(errors="replace")
+            return self._reader.read(timeout, on_idle=lambda: self._watch_memory(phase))
+        except frames.FrameError as exc:
+            if exc.kind == "closed":
+                self._died(phase)
+            self._kill()
+            if exc.kind == "timeout":
+                raise RevisionFault(self.role, phase, "timeout", f"no answer within {timeout:.0f} s; "
+                                    "process tree killed", self.log_tail()) from None
+            raise RevisionFault(self.role, phase, "protocol", f"{exc.detail}; process tree killed",
+                                self.log_tail()) from None
+
+    def _cpu_ns(self) -> int | None:
+        return self.cgroup.cpu_usage_ns() if self.cgroup is not None else None
 
     def cpu_seconds(self) -> float | None:
-        """On-CPU time the revision's process tree has used so far (kernel accounting, ns)."""
+        """On-CPU time the revision's cgroup has used so far (None without a cgroup)."""
         if self.proc is None or self.proc.returncode is not None:
             return None
-        ns = sandbox.tree_oncpu_ns(self.proc.pid)
+        ns = self._cpu_ns()
         return ns / 1e9 if ns is not None else None
 
     def _sample_rss(self) -> int | None:
@@ -243,6 +299,8 @@ class RevisionProcess:
 
     def _watch_memory(self, phase: str) -> None:
         rss = self._sample_rss()
+        if self.cgroup is not None:
+            return  # the kernel enforces memory.max (tmpfs included); _died reads its OOM count
         if rss and self.memory_limit_bytes and rss > self.memory_limit_bytes:
             sandbox.kill_tree(self.proc)
             self._reap()
@@ -258,12 +316,16 @@ class RevisionProcess:
             self._reap()
         code = self.proc.returncode
         tail = self.log_tail()
-        kind = "oom" if ("MemoryError" in tail or "out of memory" in tail.lower() or code == -9) else "crashed"
+        oom_killed = self.cgroup is not None and self.cgroup.oom_killed() > 0
+        kind = "oom" if (oom_killed or "MemoryError" in tail or "out of memory" in tail.lower()
+                         or (self.cgroup is None and code == -9)) else "crashed"
         raise RevisionFault(self.role, phase, kind, f"process exited (status {code}) without answering", tail)
 
     def log_tail(self, n: int = 3000) -> str:
         try:
-            data = self.log_path.read_bytes()[-n:].decode(errors="replace")
+            with open(self.log_path, "rb") as f:  # the parent's own file; only its tail is read
+                f.seek(max(0, os.fstat(f.fileno()).st_size - n))
+                data = f.read(n).decode(errors="replace")
         except OSError:
             return ""
         return self._redact(data)

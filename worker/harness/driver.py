@@ -1,6 +1,9 @@
-"""Trusted child driver: answers JSON-line requests by calling one revision's `runtime` engine.
+"""Trusted child driver: answers framed JSON requests by calling one revision's `runtime` engine.
 
-Run as a script (`python -I driver.py REVISION_ROOT RESPONSE_FD`), never imported by the worker.
+Run as a script (`python -I driver.py REVISION_ROOT RESPONSE_FD LOGITS_FD`), never imported by the
+worker. Frames are a 4-byte big-endian length + UTF-8 JSON (worker/harness/frames.py), both ways.
+Logits are written raw (float32) into the shared memory the parent allocated (LOGITS_FD); the
+parent reads and reduces them itself, so no number this process computes is trusted.
 It must stay self-contained: stdlib, plus torch/numpy only when the revision's runtime brought
 them in, plus the revision's own `runtime` package from REVISION_ROOT — importing worker/ or the
 deployed runtime here would let the two revisions' modules clash.
@@ -10,11 +13,33 @@ driver synchronises the device before answering so that the parent's clock cover
 Revision code's own stdout is redirected to stderr so it cannot forge protocol lines casually.
 """
 import json
+import mmap
 import os
+import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 1
+DRIVER_VERSION = 2
+_HEADER = struct.Struct(">I")
+
+
+def _read_frame(stream):
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    (n,) = _HEADER.unpack(head)
+    return json.loads(stream.read(n))
+
+
+def _write_frame(fd, obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    _write_all(fd, _HEADER.pack(len(data)) + data)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _tail(text, n=4000):
@@ -36,8 +61,9 @@ def _to_list(x):
 
 
 class Driver:
-    def __init__(self, root):
+    def __init__(self, root, shm=None):
         self.root = root
+        self.shm = shm
         self.runtime = None
         self.engine = None
         self.staged = {}
@@ -95,10 +121,14 @@ class Driver:
         return {"ok": True, "n": len(ids)}
 
     def prefill(self, req):
+        """Timed: the prompt's last-position logits land in shared memory inside the timed request."""
         self.engine.reset()
         out = self.engine.prefill(self.staged[req["key"]])
         self.engine.synchronize()
-        return self._summary(out)
+        shape = self._put(out)
+        if len(shape) != 1 and shape[:1] != [1]:
+            return {"ok": False, "kind": "protocol", "error": f"prefill returned logits of shape {shape}"}
+        return {"ok": True, "shape": shape}
 
     def generate(self, req):
         ids = self.engine.generate_greedy(int(req["n"]))
@@ -115,20 +145,25 @@ class Driver:
         out = self.engine.prefill(self.staged[req["key"]], all_logits=True)
         self.engine.synchronize()
         n = len(self.staged[req["key"]])
+        shape = self._put(out)
+        if shape != [n, self.vocab]:
+            return {"ok": False, "kind": "protocol", "error": f"all_logits shape {shape}, expected [{n}, {self.vocab}]"}
+        return {"ok": True, "shape": shape}
+
+    def _put(self, out):
+        """Raw float32 values of `out` into the parent's shared memory at offset 0; returns the shape."""
         if hasattr(out, "detach"):
             arr = out.detach().float().cpu().contiguous()
-            shape = list(arr.shape)
-            data = arr.numpy().tobytes()
+            shape, data = list(arr.shape), arr.numpy().tobytes()
         else:
             import numpy as np  # a numpy-only runtime returns arrays
 
             arr = np.ascontiguousarray(np.asarray(out, dtype=np.float32))
             shape, data = list(arr.shape), arr.tobytes()
-        if shape != [n, self.vocab]:
-            return {"ok": False, "kind": "protocol", "error": f"all_logits shape {shape}, expected [{n}, {self.vocab}]"}
-        with open(req["out"], "wb") as f:
-            f.write(data)
-        return {"ok": True, "shape": shape}
+        if len(data) > len(self.shm):
+            raise MemoryError(f"logits of shape {shape} exceed the shared buffer")
+        self.shm[:len(data)] = data
+        return shape
 
     def teacher(self, req):
         """Teacher-forced check rows for emitted ids: [logit of the emitted id, max logit, argmax]."""
@@ -160,39 +195,22 @@ class Driver:
         except Exception as exc:  # noqa: BLE001 - optional, reported as unknown
             return {"error": f"{type(exc).__name__}: {exc}"}
 
-    def _summary(self, out):
-        """Small facts about a [V] logits vector; the parent decides what they mean."""
-        if hasattr(out, "detach"):
-            t = out.detach().float().reshape(-1)
-            n, finite = t.numel(), bool(self.torch.isfinite(t).all())
-            nonzero = bool((t != 0).any())
-            argmax = int(t.argmax()) if finite else None
-            spread = float(t.max() - t.min()) if finite else None
-        else:
-            vals = [float(v) for v in _to_list(out)]
-            n = len(vals)
-            finite = all(v == v and abs(v) != float("inf") for v in vals)
-            nonzero = any(v != 0 for v in vals)
-            argmax = max(range(n), key=vals.__getitem__) if finite and n else None
-            spread = (max(vals) - min(vals)) if finite and n else None
-        if n != self.vocab:
-            return {"ok": False, "kind": "protocol", "error": f"prefill returned {n} logits, vocab is {self.vocab}"}
-        return {"ok": True, "argmax": argmax, "finite": finite, "nonzero": nonzero, "spread": spread}
 
 
 def main():
-    root, fd = sys.argv[1], int(sys.argv[2])
-    out = os.fdopen(fd, "w", buffering=1)
+    root, fd, shm_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    shm = mmap.mmap(shm_fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     os.dup2(2, 1)  # revision prints go to stderr, never onto the protocol channel
     sys.stdout = sys.stderr
-    driver = Driver(root)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
+    stdin = sys.stdin.buffer
+    driver = Driver(root, shm)
+    while True:
+        req = _read_frame(stdin)
+        if req is None:
+            break
         op = req.get("op")
         if op == "exit":
-            out.write(json.dumps({"ok": True}) + "\n")
+            _write_frame(fd, {"ok": True, "seq": req.get("seq")})
             break
         try:
             resp = getattr(driver, op)(req)
@@ -202,8 +220,8 @@ def main():
             resp = {"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {exc}"[:2000],
                     "trace": _tail(traceback.format_exc())}
         resp["seq"] = req.get("seq")  # the parent rejects answers out of sequence
-        out.write(json.dumps(resp) + "\n")
-    out.close()
+        _write_frame(fd, resp)
+    os.close(fd)
 
 
 if __name__ == "__main__":

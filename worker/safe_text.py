@@ -1,0 +1,46 @@
+"""Text that came from a PR (exception messages, log tails, branch names, titles), made safe for a comment.
+
+`inline` is for running text: HTML and Markdown are escaped, line breaks folded (no headings, tables
+or lists can start), @mentions defused, size capped. `code_block` fences a log with more backticks
+than any run inside it (it cannot be closed from inside) and caps it from the end. Neither can
+ever emit `<!--` from PR text, so a PR cannot hide the real verdict in an HTML comment.
+"""
+from __future__ import annotations
+
+import re
+
+INLINE_CAP = 600
+BLOCK_CAP = 3000
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")  # incl. bidi overrides
+_MD = re.compile(r"([\\`*_\[\]|~#!])")
+_MENTION = re.compile(r"(?<![\w])@(?=[A-Za-z0-9])")
+
+
+def _cap(text: str, cap: int, keep_end: bool = False) -> str:
+    if len(text) <= cap:
+        return text
+    return ("…" + text[-cap:]) if keep_end else (text[:cap] + "…")
+
+
+def inline(text: object, cap: int = INLINE_CAP) -> str:
+    s = _CONTROL.sub(" ", str(text if text is not None else ""))
+    s = _cap(" ".join(s.split()), cap)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MD.sub(r"\\\1", s)
+    return _MENTION.sub("@\u200b", s)  # no notifications from PR text (gate names like decode@512 stay)
+
+
+def code_block(text: object, cap: int = BLOCK_CAP, lang: str = "") -> str:
+    s = _CONTROL.sub("", str(text if text is not None else "").replace("\r\n", "\n").replace("\t", "    "))
+    s = _cap(s, cap, keep_end=True).replace("<!--", "<!-\u200b-")
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{s}\n{fence}"
+
+
+def plain(text: object, cap: int = 200) -> str:
+    """One line without control characters (commit titles, check titles): no Markdown is rendered there."""
+    return _cap(" ".join(_CONTROL.sub(" ", str(text or "")).split()), cap)
+
+
+FILTERS = {"md": inline, "codeblock": code_block, "plain": plain}
