@@ -40,7 +40,17 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
 
 @app.task(name=measure.RESULT_TASK, autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=5)
 def history_result(result: dict, measurement_id: int, task_id: str | None = None) -> str:
-    return _land(measurement_id, task_id, result, None)
+    """A main measurement lands only when a GPU worker's own key signed it for this task (as a PR's result
+    must: bot/service.py); the broker URL alone plots nothing."""
+    from bot.service import Service
+    from bot.settings import get_settings
+    from worker.queue.tasks import RESULT_AUTH
+    worker = Service(get_settings()).authenticate(result, None, task_id)
+    if worker is None:
+        log.warning("main measurement %s: result without a valid worker signature ignored", measurement_id)
+        return f"main measurement {measurement_id}: unsigned or forged result ignored"
+    body = {k: v for k, v in result.items() if k != RESULT_AUTH}
+    return _land(measurement_id, task_id, body, None)
 
 
 @app.task(name=measure.FAILURE_TASK)

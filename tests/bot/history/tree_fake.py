@@ -20,6 +20,15 @@ def speed(repo_url: str, sha: str) -> float:
 
 
 def evaluate(job: dict) -> dict:
+    """Signed like the real task: the bot plots only results a GPU worker's own key signed."""
+    from celery import current_task
+
+    from worker.queue.tasks import sign_result
+    task_id = current_task.request.id if current_task else None
+    return sign_result(_evaluate(job), job, task_id)
+
+
+def _evaluate(job: dict) -> dict:
     base, head = speed(job["repo_url"], job["base_sha"]), speed(job["repo_url"], job["head_sha"])
     rel = head / base - 1
     g = gate("qwen35-tiny", GATE, base, rel, significant=abs(rel) > 0.02, regression=rel < -0.02, scored=True)
