@@ -35,3 +35,9 @@ def pytest_runtest_setup(item):
         for name in SERVICES:
             if reason := service_down(name):
                 pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
+    name) left the shared app in a state that made later bot tests' workers time out when it ran first."""
+    items.sort(key=lambda item: "tests/bot/history/" in item.nodeid)
