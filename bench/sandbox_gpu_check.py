@@ -83,7 +83,7 @@ def measure(repo: Path, model: ModelSpec, device: str, backend: str, sweeps: int
     ev.revs = {"base": base, "head": head}
     from worker import models as model_files
 
-    resolved = model_files.resolve(model, ev.trusted_root)
+    resolved = model_files.resolve(model, ev.trusted_root, device)
     procs = ev.make_procs(ev.revs, [resolved.path])
     procs.pop("reference").__exit__(None, None, None)
     gates = gate_specs(model, p)

@@ -72,7 +72,7 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
     try:
         for spec in ev.profile.models:
             gates = gate_specs(spec, ev.profile)
-            resolved = model_files.resolve(spec, ev.trusted_root)
+            resolved = model_files.resolve(spec, ev.trusted_root, ev.profile.device)
             gkey = guard_key(resolved.sha256, ref_version)
             procs = ev.make_procs(ev.revs, [resolved.path])
             with procs["reference"] as reference:

@@ -74,7 +74,7 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
     p = ev.profile
     spec = next(m for m in p.models if m.role == "primary")
     gates = gate_specs(spec, p)
-    resolved = model_files.resolve(spec, ev.trusted_root)
+    resolved = model_files.resolve(spec, ev.trusted_root, ev.profile.device)
     git_dir, base, head = checkout_pair(repo, ref, ref, workdir)
     revs = ev.revs = {"base": base, "head": head}
     verdicts: dict[str, int] = {}
