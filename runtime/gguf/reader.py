@@ -6,6 +6,7 @@ nothing from deep inside numpy or the `gguf` package escapes.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from ..config import ARCH, MOE_ARCH, ModelConfig, MoeConfig
 from . import names
-from .types import GGMLType, SUPPORTED_TYPES, tensor_nbytes
+from .header import HeaderError, read_header
+from .types import BLOCK, GGMLType, SUPPORTED_TYPES, tensor_nbytes
 
 
 class GGUFError(ValueError):
@@ -63,16 +65,49 @@ class GGUFModel:
         return "token_embd.weight" if self.config.tied_embeddings else "output.weight"
 
 
-def _field_value(field):
+@dataclass(frozen=True)
+class _RawTensor:
+    """One entry of the tensor table with its bytes: typed for F32/F16, uint8 rows otherwise."""
+
+    name: str
+    type_id: int
+    shape: tuple[int, ...]  # torch order (GGUF's ne reversed)
+    data_offset: int
+    data: np.ndarray
+
+
+# Typed views, as gguf.GGUFReader gives them (every other type is uint8 [rows, row_bytes]).
+_TYPED = {GGMLType.F32: np.float32, GGMLType.F16: np.float16}
+
+
+def _geometry(type_id: int) -> tuple[int, int] | None:
+    """(weights per block, bytes per block) of any ggml type gguf knows, None for an unknown id."""
     try:
-        return field.contents()
-    except Exception:  # very old gguf: fall back to the raw parts
-        return field.parts[field.data[0]].tolist() if field.data else None
-
-
-def _open(path: Path):
+        return BLOCK[GGMLType(type_id)]
+    except (ValueError, KeyError):
+        pass
     import gguf
 
+    try:
+        return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(type_id)]
+    except (ValueError, KeyError):
+        return None
+
+
+def type_name(type_id: int) -> str:
+    try:
+        return GGMLType(type_id).name
+    except ValueError:
+        import gguf
+
+        try:
+            return gguf.GGMLQuantizationType(type_id).name
+        except ValueError:
+            return str(type_id)
+
+
+def _open(path: Path) -> tuple[dict, dict[str, _RawTensor]]:
+    """Metadata and the tensor table (bytes memory-mapped), or the one GGUFError saying why not."""
     if not path.exists():
         raise GGUFError(f"{path}: no such file")
     if not path.is_file():
@@ -88,46 +123,32 @@ def _open(path: Path):
         raise GGUFError(f"{path}: big-endian GGUF files are not supported")
     if version not in (2, 3):
         raise GGUFError(f"{path}: GGUF version {version} is not supported (expected 2 or 3)")
+    mm = np.memmap(path, mode="r")
     try:
-        return gguf.GGUFReader(str(path), "r")
-    except Exception as e:  # truncated header / tensor table / data, bad value types, ...
-        problem = _diagnose_tensor_table(path, size)
-        if problem is not None:
-            raise GGUFError(f"{path}: {problem}") from None
+        header = read_header(mm)
+    except (HeaderError, struct.error, UnicodeError) as e:
         raise GGUFError(f"{path}: unreadable GGUF header ({type(e).__name__}: {e}); file truncated or corrupt?") from None
-
-
-def _diagnose_tensor_table(path: Path, file_size: int) -> str | None:
-    """Why gguf could not build the tensors, when header and tensor table themselves parse.
-
-    Re-reads the file without building tensor views, then checks every tensor's type id
-    and whether its data fits in the file. None when the header itself is the problem.
-    """
-    import gguf
-
-    class _TableOnly(gguf.GGUFReader):
-        def _build_tensors(self, start_offs, fields):
-            self.table = (start_offs, fields)
-
-    try:
-        start, fields = _TableOnly(str(path), "r").table
-    except Exception:
-        return None
-    for field in fields:
-        _, name_data, _, dims, raw_dtype, offset = field.parts
-        name = bytes(name_data).decode("utf-8", "replace")
-        try:
-            qtype = gguf.GGMLQuantizationType(int(raw_dtype[0]))
-            per_block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-        except (ValueError, KeyError):
-            return f"tensor {name!r} has unknown ggml type id {int(raw_dtype[0])}"
-        end = int(start) + int(offset[0]) + int(np.prod(dims.astype(np.int64))) * block_bytes // per_block
-        if end > file_size:
-            return (
-                f"tensor {name!r} runs past the end of the file (needs bytes up to {end}, file has {file_size}); "
-                "truncated download?"
-            )
-    return None
+    tensors: dict[str, _RawTensor] = {}
+    for t in header.tensors:
+        geo = _geometry(t.type_id)
+        if geo is None:
+            raise GGUFError(f"{path}: tensor {t.name!r} has unknown ggml type id {t.type_id}")
+        per_block, block_bytes = geo
+        shape = tuple(reversed(t.dims))
+        n_elems = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
+        begin = header.data_start + t.offset
+        end = begin + n_elems * block_bytes // per_block
+        if end > size:
+            raise GGUFError(f"{path}: tensor {t.name!r} runs past the end of the file (needs bytes up to {end}, "
+                            f"file has {size}); truncated download?")
+        typed = _TYPED.get(GGMLType(t.type_id)) if t.type_id in GGMLType._value2member_map_ else None
+        if typed is not None:
+            data = mm[begin:end].view(typed).reshape(shape)
+        else:
+            rows = shape[:-1] if shape else ()
+            data = mm[begin:end].reshape(*rows, -1) if rows else mm[begin:end]
+        tensors[t.name] = _RawTensor(t.name, t.type_id, shape, begin, data)
+    return header.metadata, tensors
 
 
 def _require(meta: dict, key: str, path: Path):
@@ -239,16 +260,14 @@ def config_from_metadata(meta: dict, tensor_names: set[str], path: Path) -> Mode
 def load_gguf(path: str | os.PathLike) -> GGUFModel:
     """Open and validate a qwen35 / qwen35moe GGUF. Raises GGUFError naming the first problem found."""
     path = Path(path)
-    reader = _open(path)
-    meta = {name: _field_value(f) for name, f in reader.fields.items() if not name.startswith("GGUF.")}
+    meta, raw = _open(path)
     file_size = path.stat().st_size
-    raw = {t.name: t for t in reader.tensors}
     cfg = config_from_metadata(meta, set(raw), path)
 
     emb = raw.get("token_embd.weight")
     if emb is None:
         raise GGUFError(f"{path}: missing tensor 'token_embd.weight'")
-    vocab_from_tensor = int(emb.shape[1]) if len(emb.shape) > 1 else -1
+    vocab_from_tensor = int(emb.shape[0]) if len(emb.shape) > 1 else -1
     if cfg.vocab_size in (-1, None) or cfg.vocab_size != vocab_from_tensor:
         cfg = replace(cfg, vocab_size=vocab_from_tensor)
 
@@ -258,16 +277,15 @@ def load_gguf(path: str | os.PathLike) -> GGUFModel:
         if t is None:
             raise GGUFError(f"{path}: missing tensor {name!r}")
         try:
-            ttype = GGMLType(int(t.tensor_type))
+            ttype = GGMLType(t.type_id)
         except ValueError:
             ttype = None
         if ttype not in SUPPORTED_TYPES:
-            tname = getattr(t.tensor_type, "name", str(t.tensor_type))
             raise GGUFError(
-                f"{path}: tensor {name!r} has unsupported type {tname}; supported: "
+                f"{path}: tensor {name!r} has unsupported type {type_name(t.type_id)}; supported: "
                 + ", ".join(x.name for x in SUPPORTED_TYPES)
             )
-        shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+        shape = t.shape
         if name.endswith("ffn_gate_inp_shexp.weight") and shape == (1, *want_shape):
             shape = want_shape  # convert_hf_to_gguf keeps HF's [1, d]; llama.cpp reads it as [d]
         if shape != want_shape:

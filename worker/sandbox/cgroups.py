@@ -63,6 +63,28 @@ def _leave_root_of_subtree(base: Path, notes: list[str]) -> None:
         notes.append(f"could not empty {base} for delegation: {exc}")
 
 
+def _delegate_down_to(mount: Path, base: Path, ctrls: set[str], notes: list[str]) -> None:
+    """Enable `ctrls` in every ancestor's subtree_control from the top down to `base`'s parent, where
+    this process may (root on a VM whose manager delegated only some controllers, e.g. memory but
+    not pids). A container's cgroup namespace hides its ancestors, so there this does nothing."""
+    chain, d = [], base.parent
+    while d != mount.parent and mount in (d, *d.parents):
+        chain.append(d)
+        d = d.parent
+    for anc in reversed(chain):  # top down: a child can enable only what its parent enabled
+        try:
+            have = set((anc / "cgroup.subtree_control").read_text().split())
+            avail = set((anc / "cgroup.controllers").read_text().split())
+        except OSError:
+            continue
+        for c in sorted((ctrls & avail) - have):
+            try:
+                _write(anc / "cgroup.subtree_control", f"+{c}")
+                notes.append(f"enabled {c} for the children of {anc}")
+            except OSError as exc:
+                notes.append(f"could not enable {c} at {anc}: {exc}")
+
+
 @dataclass
 class Layout:
     """Where this worker may make child cgroups, and which backend enforces each limit."""
@@ -89,6 +111,9 @@ def discover() -> Layout:
             raise CgroupError(f"cgroup v2 at {parent} lacks {f} (kernel too old?)")
     notes = []
     avail = set((base / "cgroup.controllers").read_text().split())
+    if {"memory", "pids"} - avail:
+        _delegate_down_to(mount, base, {"memory", "pids"}, notes)
+        avail = set((base / "cgroup.controllers").read_text().split())
     enabled = set((base / "cgroup.subtree_control").read_text().split())
     want = {"memory", "pids"} & avail
     if want - enabled:
