@@ -52,13 +52,15 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _hand_to_sandbox_uid(dirs) -> None:
-    """The revision runs as host uid 65534: its writable directories (its own SHA's compile cache)
-    must be that uid's, or it cannot write them (seen on the H200: PermissionError in Triton)."""
+def _hand_over(dirs, uid: int) -> None:
+    """The revision's writable directories (its own SHA's compile cache) belong to the host uid it
+    runs as: 65534 where every bound path allows it, else root without capabilities. A cache made
+    under the other uid is unwritable (seen on the H200: PermissionError in Triton)."""
     for top in dirs:
         for root, subdirs, files in os.walk(top):
             for name in (root, *(os.path.join(root, x) for x in subdirs + files)):
-                os.lchown(name, bwrap.SANDBOX_UID, bwrap.SANDBOX_UID)
+                if os.lstat(name).st_uid != uid:
+                    os.lchown(name, uid, uid)
 
 
 def _preexec(cg: RevisionCgroup | None, cpus: set[int] | None, as_limit: int | None, drop_uid: bool, fsize: int):
@@ -99,8 +101,8 @@ def spawn(argv: list[str], spec: SandboxSpec, *, pass_fds=(), stdin=subprocess.P
             fds = [_memfd("seccomp", seccomp.build_filter()), _memfd("passwd", bwrap.PASSWD.encode()),
                    _memfd("group", bwrap.GROUP.encode())]
             drop_uid = all(world_reachable(p) for p in bwrap.bind_sources(spec))
-            if drop_uid and os.getuid() == 0:
-                _hand_to_sandbox_uid(spec.writable)
+            if os.getuid() == 0:
+                _hand_over(spec.writable, bwrap.SANDBOX_UID if drop_uid else 0)
             cmd = bwrap.bwrap_argv(argv, spec, seccomp_fd=fds[0], passwd_fd=fds[1], group_fd=fds[2],
                                    disable_userns=iso.disable_userns)
             env = scrubbed_env(bwrap.SCRATCH, "/tmp", spec.env_extra)
