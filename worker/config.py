@@ -73,6 +73,13 @@ class ProfileSettings(BaseModel):
     output_kl_ratio: float = 4.0
     output_kl_base_max: float = 0.1
     verify_reps: int | None = None  # None = verify every timed rep; k = k reps per gate, drawn after timing
+    # GPU idle check (worker/gates/idle_gpu.py): NVML samples of the frozen revision stamped later than
+    # settle_s into the other's timed window count as its kernels running there (NVML's sampling
+    # period is up to ~1 s; an earlier sample can be its own previous request). Such a request is
+    # timed again up to idle_gpu_retimes times; more than idle_gpu_max_void in one sweep names it.
+    idle_gpu_settle_s: float = Field(0.5, ge=0)
+    idle_gpu_retimes: int = Field(2, ge=0)
+    idle_gpu_max_void: int = Field(3, ge=0)
     # Limits.
     load_timeout_s: float = 300.0
     request_timeout_s: float = 120.0

@@ -29,6 +29,7 @@ from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
 from worker.gates.bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
 from worker.gates.verify import LogitCheck, check_timed_logits, judge_logits
+from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.faults import EvalFault, classify, infra
@@ -405,15 +406,24 @@ class Evaluation:
         out.receipt["wall_seconds"] = {f"{r}/{g.name}": [[s.wall_seconds for s in sw.samples[(r, g.name)]]
                                                          for sw in sweeps] for g in gates for r in ("base", "head")}
         out.receipt["idle_cpu_s"] = [sw.idle_cpu_s for sw in sweeps]
+        out.receipt["idle_gpu"] = [sw.idle_gpu for sw in sweeps]
         return out
 
     def _sweep(self, procs: dict[str, RevisionProcess], gates: list[GateSpec], vocab: int, model_sha: str,
                sweep_id: str, spec: ModelSpec):
         p = self.profile
-        return run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
-                         pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
-                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
-                         gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None)
+        idle = None
+        if p.device.startswith("cuda"):  # the frozen one's queued kernels could still run: NVML looks
+            idle = IdleGpuCheck(telemetry.nvml(telemetry.device_index(p.device)), p.idle_gpu_settle_s)
+        sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
+                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
+                          timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
+                          gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None,
+                          idle_check=idle.check if idle is not None else None,
+                          idle_retimes=p.idle_gpu_retimes, idle_max_void=p.idle_gpu_max_void)
+        sweep.idle_gpu = ({**idle.receipt(), "voided": sweep.idle_voids} if idle is not None
+                          else not_applicable("CPU evaluation: no GPU kernels to be in flight"))
+        return sweep
 
     def _gpu_bytes(self, proc: RevisionProcess) -> int | None:
         """GPU memory of one revision's process tree, read by us (NVML), never by the revision."""

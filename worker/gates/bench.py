@@ -10,6 +10,7 @@ the trusted reference (worker/gates/verify.py). The revision that is not being t
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +63,8 @@ class Sweep:
     samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
     checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
     idle_cpu_s: dict[str, float] = field(default_factory=dict)
+    idle_voids: list[dict] = field(default_factory=list)  # timed requests voided: the idle one used the GPU
+    idle_gpu: dict = field(default_factory=dict)  # the idle-GPU check's receipt (worker/gates/idle_gpu.py)
     # (role, context) → GPU bytes the parent read (NVML, per process tree) after the first run at that
     # context; contexts run in ascending order then, and the allocator keeps what it reserved, so
     # this is the peak up to that context (a peak shorter than one request can be missed).
@@ -127,13 +130,17 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
-              clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True) -> Sweep:
+              clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True,
+              idle_retimes: int = 2, idle_max_void: int = 3) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
     is robust to bursts of load from other processes; every one of them is output-checked).
-    While one revision is timed the other is frozen (`freeze`); `idle_check(timed, idle)` runs after
-    each timed request (GPU: did the frozen one have kernels running?).
+    While one revision is timed the other is frozen (`freeze`); `idle_check(timed, idle, t0, t1)`
+    runs after each timed request, before the thaw (GPU: worker/gates/idle_gpu.py). A request
+    during which the frozen one kept the GPU busy is void and timed again (up to `idle_retimes`
+    times); a revision seen doing it more than `idle_max_void` times in the sweep, or on every
+    retime, is named: it kept working while it should have been idle.
     """
     sweep = Sweep(gates)
     roles = ("base", "head")
@@ -154,19 +161,35 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 for r in roles:
                     procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
 
+    voids = {r: 0 for r in roles}
+
+    def idle_fault(idle, why):
+        return RevisionFault(idle.role, "measure", "idle_gpu",
+                             f"kept the GPU busy while frozen ({why}): its kernels ran while the other revision "
+                             "was being timed")
+
     def measure(r, c, rep, i, phase):
         other = procs[roles[1 - roles.index(r)]]
-        if freeze:
-            other.freeze(True)
-        try:
-            out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
-                           timeout, phase, clock)
-            if idle_check is not None:
-                idle_check(procs[r], other)
-        finally:
+        for attempt in range(idle_retimes + 1):
             if freeze:
-                other.freeze(False)
-        return out
+                other.freeze(True)
+            try:
+                t0 = time.time()
+                out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)),
+                               key(c, rep, i), timeout, phase, clock)
+                reading = (idle_check(procs[r], other, t0, time.time())
+                           if idle_check is not None and phase == "measure" else None)
+            finally:
+                if freeze:
+                    other.freeze(False)
+            if reading is None or not reading.busy:
+                return out
+            voids[other.role] += 1  # this timed request is void: time it again
+            sweep.idle_voids.append({"idle": other.role, "timed": r, "context": c, "rep": rep, "attempt": attempt,
+                                     "sm_util": reading.sm_util})
+            if voids[other.role] > idle_max_void:
+                raise idle_fault(other, f"SM activity in {voids[other.role]} timed windows of the other revision")
+        raise idle_fault(other, f"SM activity in all {idle_retimes + 1} timings of one request")
 
     def read_memory(r, c):  # the first round only: see Sweep.gpu_memory
         if gpu_memory is not None and (r, c) not in sweep.gpu_memory:
