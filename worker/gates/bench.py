@@ -54,6 +54,10 @@ class Sample:
     ids: list[int] | None = None  # decode: emitted ids
     argmax: int | None = None  # prefill: argmax of the last logits
     logits: np.ndarray | None = field(default=None, repr=False)  # last-position logits of the prefill (parent's copy)
+    # decode: every step's logits (n x vocab) the revision wrote inside the timed request, copied out
+    # for the reps drawn (secretly, before timing) for verification; None otherwise or not returned.
+    step_logits: np.ndarray | None = field(default=None, repr=False)
+    steps_returned: int | None = None  # decode steps whose logits came back (0: generate bypassed decode)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Sweep:
     idle_cpu_s: dict[str, float] = field(default_factory=dict)
     idle_voids: list[dict] = field(default_factory=list)  # timed requests voided: the idle one used the GPU
     idle_gpu: dict = field(default_factory=dict)  # the idle-GPU check's receipt (worker/gates/idle_gpu.py)
+    verify_reps: set[int] | None = None  # reps drawn for the output checks (None: all)
     # (role, context) → GPU bytes the parent read (NVML, per process tree) after the first run at that
     # context; contexts run in ascending order then, and the allocator keeps what it reserved, so
     # this is the peak up to that context (a peak shorter than one request can be missed).
@@ -91,10 +96,12 @@ def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
 
 
 def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
-             key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+             key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
+             keep_steps: bool = False) -> list[Sample]:
     """_measure_at, with a fault that names the context that did not fit or finish."""
     try:
-        return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock)
+        return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock, step_logits,
+                           keep_steps)
     except RevisionFault as f:
         gates = ", ".join(g.name for g in (prefill_gate, decode_gate) if g is not None)
         f.detail = f"at context {context} ({gates}): {f.detail}"
@@ -103,11 +110,15 @@ def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None,
 
 
 def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
-                key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+                key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
+                keep_steps: bool = False) -> list[Sample]:
     """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
 
     The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
     prompt serves both, so a decode gate costs no extra prefill when both lists share a context.
+    `step_logits`: every timed generate also writes each step's logits into shared memory (the same
+    request every time, so the revision cannot tell which ones are verified); `keep_steps`: the
+    parent copies them out of this one (a rep it drew for verification).
     """
     out = []
     resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
@@ -118,20 +129,29 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
         out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,
                           wall_seconds=wall, argmax=argmax, logits=last))
     if decode_gate is not None:
-        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout)
+        extra = {"step_logits": True} if step_logits else {}
+        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout, **extra)
         secs = _timed(proc, wall, clock, decode_gate.name)
         ids = resp.get("ids")
         if not (isinstance(ids, list) and len(ids) == decode_gate.tokens and all(type(t) is int for t in ids)):
             raise RevisionFault(proc.role, phase, "protocol", f"generate answered {str(ids)[:120]}")
+        steps = resp.get("steps") if step_logits else None
+        rows = None
+        if steps is not None and type(steps) is not int:
+            raise RevisionFault(proc.role, phase, "protocol", f"generate answered steps={str(steps)[:40]}")
+        if keep_steps and steps == decode_gate.tokens:
+            rows = proc.read_logits(resp, decode_gate.tokens, phase)  # shape checked against n x vocab
         out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
-                          wall_seconds=wall, ids=ids, logits=last))
+                          wall_seconds=wall, ids=ids, logits=last, step_logits=rows,
+                          steps_returned=steps if steps is None else min(steps, decode_gate.tokens)))
     return out
 
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
               clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True,
-              idle_retimes: int = 2, idle_max_void: int = 3) -> Sweep:
+              idle_retimes: int = 2, idle_max_void: int = 3, step_logits: bool = False,
+              keep_steps: set[int] | None = None) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
@@ -141,6 +161,9 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
     during which the frozen one kept the GPU busy is void and timed again (up to `idle_retimes`
     times); a revision seen doing it more than `idle_max_void` times in the sweep, or on every
     retime, is named: it kept working while it should have been idle.
+    `step_logits`: every timed generate returns its per-step logits through shared memory; the
+    parent keeps them for the reps in `keep_steps` (None: every rep), drawn before timing and never
+    sent, so the revision cannot tell a verified request from another.
     """
     sweep = Sweep(gates)
     roles = ("base", "head")
@@ -176,7 +199,8 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
             try:
                 t0 = time.time()
                 out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)),
-                               key(c, rep, i), timeout, phase, clock)
+                               key(c, rep, i), timeout, phase, clock, step_logits,
+                               phase == "measure" and (keep_steps is None or rep in keep_steps))
                 reading = (idle_check(procs[r], other, t0, time.time())
                            if idle_check is not None and phase == "measure" else None)
             finally:
@@ -235,38 +259,3 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                                 f"revision was timed for {window[other]:.2f} s (work deferred past the answer)")
     sweep.idle_cpu_s = idle_cpu
     return sweep
-
-
-@dataclass
-class OutputCheck:
-    agree: float | None
-    checked_tokens: int
-    reason: str | None = None
-
-
-def verify_outputs(sweep: Sweep, role: str, gate: GateSpec, reference: RevisionProcess, *, timeout: float,
-                   tie_tol: float, reps: list[int] | None = None, cache: dict | None = None) -> OutputCheck:
-    """Teacher-forced agreement of the timed outputs with the trusted reference.
-
-    An emitted id agrees when the reference's logit for it is within `tie_tol` of the reference's
-    max (so a near-tie broken the other way by a different but valid summation order passes).
-    """
-    cache = {} if cache is None else cache
-    hits = total = 0
-    for s in sweep.checked.get((role, gate.name), []):
-        if reps is not None and s.rep not in reps:
-            continue
-        emitted = s.ids if s.ids is not None else [s.argmax]
-        ck = (s.prompt_key, tuple(emitted))
-        if ck not in cache:
-            if ("staged", s.prompt_key) not in cache:
-                reference.request("stage", key=s.prompt_key, ids=sweep.prompts[s.prompt_key], phase="verify",
-                                  timeout=timeout)
-                cache[("staged", s.prompt_key)] = True
-            resp, _ = reference.request("teacher", key=s.prompt_key, emitted=emitted, phase="verify", timeout=timeout)
-            cache[ck] = sum(1 for chosen, mx, _ in resp["rows"] if chosen >= mx - tie_tol * max(1.0, abs(mx)))
-        hits += cache[ck]
-        total += len(emitted)
-    if total == 0:
-        return OutputCheck(None, 0, "no outputs to check")
-    return OutputCheck(hits / total, total)
