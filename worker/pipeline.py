@@ -349,7 +349,8 @@ class Evaluation:
             gkey = guard_key(resolved.sha256, ref_version)
             bounds = guard_bounds(self.store.guard_aa(gkey, self.job.profile), len(p.seeds), self.settings)
             out.receipt["guard_bounds"] = asdict(bounds)
-            out.receipt["long_context"] = {"positions": scores["head"].long_context, "note": scores["head"].note}
+            out.receipt["long_context"] = {"positions": scores["head"].long_context,
+                                           "scored": scores["head"].long_scored, "note": scores["head"].note}
             if self.record_aa:
                 self._record_guard_aa(gkey, scores)
             out.guard = guard_result(spec.name, scores, bounds)

@@ -186,14 +186,38 @@ class Driver:
         return resp
 
     def logits(self, req):
-        """All-position logits of a staged prompt, written as raw float32 for the parent to read."""
+        """All-position logits of a staged prompt, written as raw float32 for the parent to read;
+        with `hold`, kept here instead (a long prompt's are GBs) until `rows` says which to send."""
+        self.held = None
         self.engine.reset()
         out = self.engine.prefill(self.staged[req["key"]], all_logits=True)
         self.engine.synchronize()
         n = len(self.staged[req["key"]])
-        shape = self._put(out)
+        shape = [int(x) for x in getattr(out, "shape", ())]
         if shape != [n, self.vocab]:
             return {"ok": False, "kind": "protocol", "error": f"all_logits shape {shape}, expected [{n}, {self.vocab}]"}
+        if req.get("hold"):
+            self.held = out
+            return {"ok": True, "held": shape}
+        return {"ok": True, "shape": self._put(out)}
+
+    def rows(self, req):
+        """The held logits' rows at the positions the parent chose after the prefill, into shared memory."""
+        held, self.held = getattr(self, "held", None), None
+        if held is None:
+            return {"ok": False, "kind": "protocol", "error": "rows requested with no held logits"}
+        pos = [int(i) for i in req["rows"]]
+        if hasattr(held, "detach"):
+            import torch
+
+            picked = held[torch.tensor(pos, dtype=torch.long, device=held.device)]
+        else:
+            picked = held[pos]
+        shape = self._put(picked)
+        del held, picked
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # a long prompt's logits are GBs: hand them back before timing
         return {"ok": True, "shape": shape}
 
     def _put(self, out):
