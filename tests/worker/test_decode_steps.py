@@ -137,3 +137,104 @@ def test_the_step_logits_are_kept_only_for_the_secret_reps(tmp_path):
     assert kept == {2}
     # Every timed generate asked the same: nothing tells the revision which rep is verified.
     assert {x for x in procs["head"].requests if x[0] == "generate"} == {("generate", True)}
+
+
+def test_a_head_that_stops_returning_step_logits_is_caught(tmp_path, cache):
+    """Its generate_greedy bypasses engine.decode (and takes no logits_out) while base's returns them."""
+    r = _eval(tmp_path, head="no_step_logits", **DECODE)
+    assert r.verdict is Verdict.REJECT, r.summary
+    assert "returned no per-step logits where base's did" in r.summary
+
+
+FUSED = '''
+    def generate_greedy(self, n, logits_out=None):  # a loop of its own, never engine.decode
+        import torch
+        out = []
+        for i in range(n):
+            t = int(np.argmax(self.last))
+            out.append(t)
+            row = _variant.decode_step(self, t).astype(np.float32)
+            if logits_out is not None and FILL:
+                logits_out[i].copy_(torch.from_numpy(row))
+        return out
+'''
+
+
+def _fused_runtime(tmp_path, fill: bool):
+    import shutil
+
+    from .conftest import GOOD
+
+    root = tmp_path / ("fused" if fill else "unfilled")
+    shutil.copytree(GOOD, root, ignore=shutil.ignore_patterns("__pycache__"))
+    src = (root / "runtime" / "__init__.py").read_text()
+    a = src.index("    def generate_greedy(self, n):")
+    b = src.index("    def snapshot(self):")
+    src = src[:a] + FUSED.lstrip("\n") + "\n" + src[b:]
+    src = src.replace("import numpy as np\n", f"import numpy as np\nimport torch  # noqa: F401\nFILL = {fill}\n", 1)
+    (root / "runtime" / "__init__.py").write_text(src)
+    return root
+
+
+def _step_rows(tmp_path, root, name):
+    from worker.harness.client import RevisionProcess
+
+    from .conftest import fake_model
+
+    m = fake_model(tmp_path / "m.gguf")
+    with RevisionProcess("head", root, tmp_path / name, read_only=[tmp_path]) as proc:
+        proc.start(60)
+        proc.request("load", path=str(m), device="cpu", max_context=256, backend="auto", phase="load", timeout=60)
+        proc.request("stage", key="k", ids=list(range(1, 40)), phase="stage", timeout=10)
+        proc.request("prefill", key="k", phase="measure", timeout=10)
+        resp, _ = proc.request("generate", n=5, step_logits=True, phase="measure", timeout=10)
+        return resp["steps"], proc.read_logits(resp, 5, "measure")
+
+
+def test_an_engine_with_its_own_loop_fills_logits_out_like_the_decode_hook(tmp_path):
+    pytest.importorskip("torch")
+    from .conftest import GOOD
+
+    steps, hooked = _step_rows(tmp_path, GOOD, "good")
+    steps2, fused = _step_rows(tmp_path, _fused_runtime(tmp_path, True), "fused")
+    assert steps == steps2 == 5
+    np.testing.assert_array_equal(hooked, fused)
+    _, unfilled = _step_rows(tmp_path, _fused_runtime(tmp_path, False), "unfilled")
+    assert np.isnan(unfilled).all()  # rows it never wrote stay NaN: the parent refuses them
+
+
+def test_non_finite_step_logits_are_the_revisions_fault():
+    from worker.gates.bench import run_sweep
+    from worker.harness.client import RevisionFault
+
+    class Proc:
+        track_cpu, last_oncpu_s = False, None
+
+        def __init__(self, role):
+            self.role = role
+
+        def pin(self):
+            pass
+
+        def freeze(self, on=True):
+            pass
+
+        def cpu_seconds(self):
+            return None
+
+        def read_logits(self, resp, rows, phase):
+            x = np.tile(np.arange(30, dtype=np.float32), (rows, 1))
+            if rows > 1 and self.role == "head":
+                x[-1] = np.nan
+            return x
+
+        def request(self, op, *, phase, timeout, **kw):
+            if op == "generate":
+                return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
+            return {"ok": True, "shape": [30]}, 0.01
+
+    g = GateSpec("decode@8", "decode_tok_s", 8, 4)
+    with pytest.raises(RevisionFault) as e:
+        run_sweep({"base": Proc("base"), "head": Proc("head")}, [g], vocab=30, model_sha="x", pairs=2, warmup=0,
+                  timeout=1, step_logits=True)
+    assert e.value.role == "head" and e.value.kind == "nonfinite"

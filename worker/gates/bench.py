@@ -141,6 +141,9 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
             raise RevisionFault(proc.role, phase, "protocol", f"generate answered steps={str(steps)[:40]}")
         if keep_steps and steps == decode_gate.tokens:
             rows = proc.read_logits(resp, decode_gate.tokens, phase)  # shape checked against n x vocab
+            if not np.all(np.isfinite(rows)):  # NaN rows = steps its generate never wrote
+                raise RevisionFault(proc.role, phase, "nonfinite", f"{decode_gate.name}: per-step logits of the timed "
+                                    "generate are not finite")
         out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
                           wall_seconds=wall, ids=ids, logits=last, step_logits=rows,
                           steps_returned=steps if steps is None else min(steps, decode_gate.tokens)))

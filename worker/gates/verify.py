@@ -195,6 +195,10 @@ def judge_steps(model: str, gate: str, head: OutputCheck, base: OutputCheck, *, 
         fails.append(f"{model} {gate}: head emitted {head.misses} of {head.checked_tokens} timed decode tokens that "
                      f"are not the reference's choice (base {base.misses}; allowed +{extra_misses}), first at "
                      f"{head.miss_at[:3]}")
+    if base.step_kl_steps and not head.step_kl_steps and head.steps_not_returned:
+        fails.append(f"{model} {gate}: head's generate_greedy returned no per-step logits where base's did "
+                     f"({head.steps_not_returned} verified requests): its timed decode cannot be checked at logit "
+                     "level (docs/protocol.md: generate_greedy goes through engine.decode or fills logits_out)")
     if head.step_kl_steps:
         ref = base.step_check() if base.step_kl_steps else LogitCheck(0.0, 0.0, 0)
         failure = judge_logits(model, f"{gate} decode steps", head.step_check(), ref, floor=floor, ratio=ratio,

@@ -69,6 +69,15 @@ def _copy_row(out):
     return np.array(out, dtype=np.float32).reshape(-1)
 
 
+def _accepts(fn, name):
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _stack(rows):
     if hasattr(rows[0], "detach"):
         import torch
@@ -156,6 +165,8 @@ class Driver:
         n = int(req["n"])
         steps = []
         engine = self.engine
+        if req.get("step_logits") and self.torch is not None and _accepts(engine.generate_greedy, "logits_out"):
+            return self._generate_into(n)
         hooked = bool(req.get("step_logits")) and hasattr(engine, "__dict__")
         if hooked:
             own = vars(engine).get("decode")  # an instance attribute of its own, put back after
@@ -234,6 +245,19 @@ class Driver:
             raise MemoryError(f"logits of shape {shape} exceed the shared buffer")
         self.shm[:len(data)] = data
         return shape
+
+    def _generate_into(self, n):
+        """An engine whose generate_greedy bypasses engine.decode (a graph-captured loop) may take
+        `logits_out`, an n x vocab float32 device buffer it fills with each step's logits. NaN until
+        written, so rows it leaves unwritten cannot pass the parent's check."""
+        torch = self.torch
+        buf = torch.full((n, self.vocab), float("nan"), dtype=torch.float32,
+                         device=getattr(self.engine, "device", "cpu"))
+        ids = _to_list(self.engine.generate_greedy(n, logits_out=buf))
+        self.engine.synchronize()
+        if len(ids) != n or not all(isinstance(t, (int, float)) and float(t).is_integer() for t in ids):
+            return {"ok": False, "kind": "protocol", "error": f"generate_greedy({n}) returned {str(ids)[:200]}"}
+        return {"ok": True, "ids": [int(t) for t in ids], "steps": n, "shape": self._put(buf)}
 
     def teacher_logits(self, req):
         """Teacher-forced logits for emitted ids: row 0 the prompt's last position, row i+1 after
