@@ -110,6 +110,19 @@ class Nvml:
             return None
         return [(int(s.pid), int(s.smUtil), s.timeStamp / 1e6) for s in samples]
 
+    def utilization_period_s(self) -> float | None:
+        """NVML's utilisation sampling period on this GPU: the median gap between its recent GPU
+        utilisation samples (None when it keeps none)."""
+        if not self.ok:
+            return None
+        try:
+            _, samples = self.nv.nvmlDeviceGetSamples(self.handle, self.nv.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        except Exception:  # noqa: BLE001
+            return None
+        ts = sorted({s.timeStamp for s in samples})
+        gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+        return gaps[len(gaps) // 2] / 1e6 if gaps else None
+
     def process_memory(self, pids: set[int]) -> int | None:
         if not self.ok:
             return None

@@ -180,3 +180,17 @@ def test_the_gpu_pipeline_runs_the_check(tmp_path, monkeypatch):
 def test_a_cpu_evaluation_says_not_applicable(tmp_path, monkeypatch):
     sw = _pipeline_sweep(tmp_path, monkeypatch, "cpu", 0.5)
     assert sw.idle_gpu == {"applicable": False, "reason": "CPU evaluation: no GPU kernels to be in flight"}
+
+
+def test_the_settle_time_covers_nvmls_sampling_period():
+    """On a GPU that samples every 0.6 s a sample 0.5 s into the window can still be the idle one's own."""
+    gpu = FakeGpu()
+    gpu.utilization_period_s = lambda: 0.6
+    idle, timed = FakeProc("head", 202, gpu), FakeProc("base", 101, gpu)
+    check = IdleGpuCheck(gpu, 0.2, pids_of=lambda p: {p.pid})
+    t0 = time.time() - 2.0
+    gpu.busy_until[202] = t0 + 0.5
+    assert not check.check(timed, idle, t0, t0 + 2.0).busy
+    assert check.receipt()["settle_s"] == pytest.approx(0.9) and check.receipt()["nvml_period_s"] == 0.6
+    gpu.busy_until[202] = t0 + 1.0
+    assert check.check(timed, idle, t0, t0 + 2.0).busy

@@ -9,8 +9,9 @@ their tree) over the timed window. A window in which the idle one shows SM activ
 timed again (worker/gates/bench.py); a revision that keeps doing it is named as the cause.
 
 NVML keeps one sample per process: its latest sampling period with non-zero use, stamped at the
-period's end. A sample stamped within `settle_s` of the window's start can still be the idle
-revision's own previous (legitimate, synchronised) request, so it does not count; windows shorter
+period's end. A sample stamped within one period of the window's start can still be the idle
+revision's own previous (legitimate, synchronised) request, so samples count only from
+max(`settle_s`, 1.5 x the sampling period NVML shows on this GPU) into the window; windows shorter
 than that are counted as not covered. Where NVML gives no per-process samples, or speaks another
 PID namespace, the check says it was not applied and why; it never says it passed.
 """
@@ -55,11 +56,21 @@ class IdleGpuCheck:
     covered: int = 0
     busy: list[dict] = field(default_factory=list)
     reason: str | None = None  # set once the check turned out not to apply
+    period_s: float | None = None  # NVML's sampling period here (read once)
+    _settle: float | None = None
+
+    def settle(self) -> float:
+        if self._settle is None:
+            read = getattr(self.nv, "utilization_period_s", None)
+            self.period_s = read() if read is not None else None
+            self._settle = max(self.settle_s, 1.5 * self.period_s if self.period_s else 0.0)
+        return self._settle
 
     def check(self, timed, idle, t0: float, t1: float) -> IdleReading:
         self.windows += 1
         if not getattr(self.nv, "ok", False):
             return self._na(getattr(self.nv, "reason", None) or "NVML unavailable")
+        settle = self.settle()
         samples = self.nv.process_utilization(t0)
         if samples is None:
             return self._na("NVML gives no per-process utilisation samples on this GPU/driver")
@@ -69,9 +80,9 @@ class IdleGpuCheck:
             # The timed revision worked in this window yet NVML names none of our PIDs: it reports
             # another PID namespace (a container), so nothing can be attributed.
             return self._na("NVML's process IDs are in another PID namespace; samples cannot be attributed")
-        covered = t1 - t0 > self.settle_s
+        covered = t1 - t0 > settle
         self.covered += covered
-        late = [sm for pid, sm, ts in samples if pid in idle_pids and sm > 0 and ts > t0 + self.settle_s]
+        late = [sm for pid, sm, ts in samples if pid in idle_pids and sm > 0 and ts > t0 + settle]
         if late:
             self.busy.append({"idle": idle.role, "timed": timed.role, "sm_util": max(late),
                               "window_s": round(t1 - t0, 4)})
@@ -83,7 +94,8 @@ class IdleGpuCheck:
         return IdleReading(False, reason=reason)
 
     def receipt(self) -> dict:
-        return {"applicable": self.reason is None, "reason": self.reason, "settle_s": self.settle_s,
+        return {"applicable": self.reason is None, "reason": self.reason, "settle_s": self._settle,
+                "nvml_period_s": self.period_s,
                 "windows": self.windows, "covered": self.covered, "busy": list(self.busy)}
 
 
