@@ -505,6 +505,9 @@ class Evaluation:
                 for r in ("base", "head"):
                     out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
                                                       tie_tol=p.output_tie_tol, reps=reps, cache=cache)
+        for samples in sweep.checked.values():  # n x vocab per verified decode: not kept past its check
+            for s in samples:
+                s.step_logits = None
         return out
 
     def gate_count(self) -> int:
