@@ -19,9 +19,10 @@ RUN pip install --no-cache-dir .
 ENV PYTHONUNBUFFERED=1 PYTHONPATH=/app
 RUN useradd --create-home --uid 10001 tokengate
 # The GPU worker needs, from the container runtime (worker/sandbox, README "Security"): user namespaces
-# (Docker's default seccomp profile refuses clone(CLONE_NEWUSER): run the gpu-worker with a profile that
-# allows it), a writable delegated cgroup v2 subtree (cgroupns=private, /sys/fs/cgroup rw) with memory and
-# pids enabled, and bubblewrap (installed above). Without them evaluations are INFRA sandbox_unavailable.
+# (docker-compose.yml's gpu workers run with docker/gpu-worker-seccomp.json, apparmor and systempaths
+# unconfined, no capabilities, never privileged), a writable delegated cgroup v2 subtree (private cgroup
+# namespace) with memory and pids enabled, and bubblewrap (installed above). Without them evaluations are
+# INFRA sandbox_unavailable.
 USER tokengate
 EXPOSE 8000
 CMD ["tokengate", "serve", "--port", "8000"]

@@ -32,6 +32,7 @@ from worker import sandbox, telemetry  # noqa: E402
 from worker.checkout import checkout_pair, remove_worktree  # noqa: E402
 from worker.config import EvalSettings, ModelSpec  # noqa: E402
 from worker.gates.bench import gate_specs, run_sweep  # noqa: E402
+from worker.gates.idle_gpu import IdleGpuCheck  # noqa: E402
 from worker.pipeline import Evaluation, Job  # noqa: E402
 
 
@@ -88,6 +89,7 @@ def measure(repo: Path, model: ModelSpec, device: str, backend: str, sweeps: int
     procs.pop("reference").__exit__(None, None, None)
     gates = gate_specs(model, p)
     deltas = {"freeze": {g.name: [] for g in gates}, "no_freeze": {g.name: [] for g in gates}}
+    idle_receipts = []
     try:
         for r in ("base", "head"):
             procs[r].start(p.load_timeout_s)
@@ -99,9 +101,15 @@ def measure(repo: Path, model: ModelSpec, device: str, backend: str, sweeps: int
         load_s = time.monotonic() - t
         for i in range(2 * sweeps):  # alternate the modes so drift hits both alike
             mode = "freeze" if i % 2 == 0 else "no_freeze"
+            # Frozen sweeps also run the NVML idle-kernel check (worker/gates/idle_gpu.py): its receipt says
+            # whether the frozen revision ever showed SM activity in the other's timed window.
+            idle = IdleGpuCheck(telemetry.nvml(telemetry.device_index(device)), p.idle_gpu_settle_s)
             sw = run_sweep(procs, gates, vocab=vocab, model_sha=resolved.sha256, pairs=pairs, warmup=1 if i < 2 else 0,
                            timeout=p.request_timeout_s, inner=p.inner, sweep_id=i, clock=p.clock,
-                           freeze=mode == "freeze")
+                           freeze=mode == "freeze", idle_check=idle.check if mode == "freeze" else None,
+                           step_logits=p.decode_step_logits, keep_steps=set())
+            if mode == "freeze":
+                idle_receipts.append({**idle.receipt(), "voided": sw.idle_voids})
             for g in gates:
                 deltas[mode][g.name].append(aa_delta(sw.values("base", g.name), sw.values("head", g.name)))
         iso = {r: procs[r].isolation for r in ("base", "head")}
@@ -110,7 +118,7 @@ def measure(repo: Path, model: ModelSpec, device: str, backend: str, sweeps: int
             q.close()
         for rev in (base, head):
             remove_worktree(git_dir, rev)
-    return {"deltas": deltas, "isolation": iso, "load_s": round(load_s, 2),
+    return {"deltas": deltas, "isolation": iso, "load_s": round(load_s, 2), "idle_gpu": idle_receipts,
             "gates": [g.name for g in gates], "profile": p.model_dump(include={"device", "backend", "pairs", "inner",
                                                                                "clock", "decode_tokens", "cpus"})}
 

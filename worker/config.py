@@ -72,7 +72,19 @@ class ProfileSettings(BaseModel):
     output_kl_floor: float = 1e-3
     output_kl_ratio: float = 4.0
     output_kl_base_max: float = 0.1
-    verify_reps: int | None = None  # None = verify every timed rep; k = k reps per gate, drawn after timing
+    verify_reps: int | None = None  # None = verify every timed rep; k = k reps per gate, drawn in secret
+    # Every timed generate also returns each step's logits through shared memory (n x vocab float32
+    # copied inside the timed request, the same cost for base and head); the verified reps' are
+    # KL-checked at every step. The head may miss the reference's argmax on this many more steps than base.
+    decode_step_logits: bool = True
+    output_extra_misses: int = Field(2, ge=0)
+    # GPU idle check (worker/gates/idle_gpu.py): NVML samples of the frozen revision stamped later than
+    # settle_s into the other's timed window count as its kernels running there (NVML's sampling
+    # period is up to ~1 s; an earlier sample can be its own previous request). Such a request is
+    # timed again up to idle_gpu_retimes times; more than idle_gpu_max_void in one sweep names it.
+    idle_gpu_settle_s: float = Field(0.5, ge=0)
+    idle_gpu_retimes: int = Field(2, ge=0)
+    idle_gpu_max_void: int = Field(3, ge=0)
     # Limits.
     load_timeout_s: float = 300.0
     request_timeout_s: float = 120.0

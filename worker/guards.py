@@ -46,10 +46,27 @@ def guard_key(model_sha: str, ref_version: str) -> str:
     return f"{model_sha[:32]}:{ref_version}"
 
 
-# Logits of one prompt are [n, vocab] float32 written to a file: a long prompt of a real-vocabulary
-# model is GBs. Above this the long prompt is skipped, said in the receipt (the harness would need a
-# "logits from position p" request).
+# Logits of one prompt are [n, vocab] float32: a long prompt of a real-vocabulary model is GBs
+# (4096 x 248k = 4 GB; 32k: 32 GB). Above this many bytes the long prompt's logits stay in the
+# revision's process and only rows the parent picks after the prefill come back (`long_positions`).
 LONG_LOGITS_MAX_BYTES = 1 << 30
+
+
+def long_positions(n: int, vocab: int, budget: int | None = None) -> list[int] | None:
+    """Positions of a long prompt to score: None = all (they fit the budget); else as many as fit,
+    drawn in secret from the deep half [n/2, n) (the last always among them): the parent sends them
+    only after the revision's prefill answered, so it cannot tell before which rows are scored."""
+    budget = LONG_LOGITS_MAX_BYTES if budget is None else budget
+    if n * vocab * 4 <= budget:
+        return None
+    lo = n // 2
+    k = max(1, min(n - lo, budget // (vocab * 4)))
+    if k >= n - lo:
+        return list(range(lo, n))
+    import secrets as _secrets
+
+    picked = _secrets.SystemRandom().sample(range(lo, n - 1), k - 1)
+    return sorted(picked) + [n - 1]
 
 
 def text_like_ids(vocab: int, n: int, *parts) -> list[int]:
@@ -95,7 +112,8 @@ class RevisionScores:
     role: str
     seeds: list[SeedScore] = field(default_factory=list)
     logits_digest: "hashlib._Hash" = field(default_factory=hashlib.sha256)
-    long_context: int | None = None  # positions of the long prompt scored (None: see note)
+    long_context: int | None = None  # length of the long prompt (None: none in this profile)
+    long_scored: int = 0  # its positions whose KL was scored (all, or rows drawn after the prefill)
     note: str | None = None
 
     @property
@@ -107,10 +125,20 @@ class RevisionScores:
         return float(np.mean([s.kl_mean for s in self.seeds]))
 
 
-def _logits(proc: RevisionProcess, key: str, rows: int, timeout: float) -> np.ndarray:
-    """All-position logits through the parent's shared memory (worker/harness/shm.py)."""
-    resp, _ = proc.request("logits", key=key, phase="accuracy", timeout=timeout)
-    return proc.read_logits(resp, rows, "accuracy")
+def _logits(proc: RevisionProcess, key: str, rows: int, timeout: float,
+            positions: list[int] | None = None) -> np.ndarray:
+    """All-position logits through the parent's shared memory (worker/harness/shm.py); with
+    `positions`, the prefill's logits stay in the revision's process and only those rows come back,
+    asked for after the prefill answered."""
+    if positions is None:
+        resp, _ = proc.request("logits", key=key, phase="accuracy", timeout=timeout)
+        return proc.read_logits(resp, rows, "accuracy")
+    resp, _ = proc.request("logits", key=key, hold=True, phase="accuracy", timeout=timeout)
+    if resp.get("held") != [rows, proc.vocab]:
+        raise RevisionFault(proc.role, "accuracy", "protocol", f"held logits of shape {str(resp.get('held'))[:60]}, "
+                            f"expected {[rows, proc.vocab]}")
+    resp, _ = proc.request("rows", rows=positions, phase="accuracy", timeout=timeout)
+    return proc.read_logits(resp, len(positions), "accuracy").reshape(len(positions), -1)
 
 
 def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProcess, *, vocab: int,
@@ -121,12 +149,15 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
     ref_dir.mkdir(parents=True, exist_ok=True)
     t = profile.request_timeout_s
     long_n = profile.long_context
-    if long_n and long_n * vocab * 4 <= LONG_LOGITS_MAX_BYTES:
-        prompts_long = [(profile.seeds[0], "long", long_n)]
+    prompts_long = [(profile.seeds[0], "long", long_n)] if long_n else []
+    long_pos = long_positions(long_n, vocab) if long_n else None
+    if not long_n:
+        scores_note = "no long prompt in this profile"
+    elif long_pos is None:
+        scores_note = f"KL at all {long_n} positions of the long prompt"
     else:
-        prompts_long = []
-        scores_note = (f"long prompt of {long_n} positions skipped: {long_n * vocab * 4 >> 20} MiB of logits per "
-                       f"revision" if long_n else "no long prompt in this profile")
+        scores_note = (f"KL at {len(long_pos)} positions of the long prompt's {long_n} (from [{long_n // 2}, "
+                       f"{long_n}), drawn in secret, asked for after each prefill: {vocab}-token vocabulary)")
     dev = guard_math.score_device(profile.device)
     for seed in profile.seeds:
         per = {r: [] for r in procs}
@@ -135,17 +166,19 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
         for _, p, n_pos in mine:
             key = f"acc:{seed}:{p}"
             ids = text_like_ids(vocab, n_pos, "accuracy", seed, p)
+            pos = long_pos if p == "long" else None
             cache = ref_dir / f"{model_sha[:32]}-t-s{seed}-p{p}-n{n_pos}-{ref_version}.npy"
-            if cache.exists():
+            if pos is None and cache.exists():
                 ref_lp = np.load(cache)
-            else:
+            else:  # rows drawn for this evaluation are not cached
                 reference.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                ref_lp = guard_math.log_softmax(_logits(reference, key, len(ids), t), dev)
-                np.save(cache, ref_lp)
+                ref_lp = guard_math.log_softmax(_logits(reference, key, len(ids), t, pos), dev)
+                if pos is None:
+                    np.save(cache, ref_lp)
             ref = guard_math.Reference(ref_lp, dev)
             for r, proc in procs.items():
                 proc.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                lg = _logits(proc, key, len(ids), t)
+                lg = _logits(proc, key, len(ids), t, pos)
                 # A revision's own output: the head's fault when it is the head (worker/faults.py).
                 if not np.all(np.isfinite(lg)):
                     raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")
@@ -158,8 +191,9 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
             scores[r].seeds.append(SeedScore(seed, float(vals[:, 0].mean()), float(vals[:, 1].mean()),
                                              float(vals[:, 2].max())))
     for r in procs:
-        scores[r].long_context = (long_n if prompts_long else None)
-        scores[r].note = None if prompts_long else scores_note
+        scores[r].long_context = long_n or None
+        scores[r].long_scored = len(long_pos) if long_pos is not None else (long_n or 0)
+        scores[r].note = scores_note
     return scores
 
 

@@ -27,8 +27,10 @@ from worker import verdict as verdict_rules
 from worker.calibration import history, sentinel
 from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
-from worker.gates.bench import GateSpec, OutputCheck, gate_specs, run_sweep, verify_outputs
-from worker.gates.verify import LogitCheck, check_timed_logits, judge_logits
+from worker.gates.bench import GateSpec, gate_specs, run_sweep
+from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
+                                 merge_output_checks, verify_outputs)
+from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.faults import EvalFault, classify, infra
@@ -347,7 +349,8 @@ class Evaluation:
             gkey = guard_key(resolved.sha256, ref_version)
             bounds = guard_bounds(self.store.guard_aa(gkey, self.job.profile), len(p.seeds), self.settings)
             out.receipt["guard_bounds"] = asdict(bounds)
-            out.receipt["long_context"] = {"positions": scores["head"].long_context, "note": scores["head"].note}
+            out.receipt["long_context"] = {"positions": scores["head"].long_context,
+                                           "scored": scores["head"].long_scored, "note": scores["head"].note}
             if self.record_aa:
                 self._record_guard_aa(gkey, scores)
             out.guard = guard_result(spec.name, scores, bounds)
@@ -405,15 +408,27 @@ class Evaluation:
         out.receipt["wall_seconds"] = {f"{r}/{g.name}": [[s.wall_seconds for s in sw.samples[(r, g.name)]]
                                                          for sw in sweeps] for g in gates for r in ("base", "head")}
         out.receipt["idle_cpu_s"] = [sw.idle_cpu_s for sw in sweeps]
+        out.receipt["idle_gpu"] = [sw.idle_gpu for sw in sweeps]
         return out
 
     def _sweep(self, procs: dict[str, RevisionProcess], gates: list[GateSpec], vocab: int, model_sha: str,
                sweep_id: str, spec: ModelSpec):
         p = self.profile
-        return run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
-                         pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
-                         timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
-                         gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None)
+        verify_reps = self._draw_verify_reps()
+        idle = None
+        if p.device.startswith("cuda"):  # the frozen one's queued kernels could still run: NVML looks
+            idle = IdleGpuCheck(telemetry.nvml(telemetry.device_index(p.device)), p.idle_gpu_settle_s)
+        sweep = run_sweep({"base": procs["base"], "head": procs["head"]}, gates, vocab=vocab, model_sha=model_sha,
+                          pairs=p.pairs, warmup=p.warmup, inner=p.inner, clock=p.clock, sweep_id=sweep_id,
+                          timeout=p.request_timeout_s, on_step=lambda: self.progress("step", model=spec.name),
+                          gpu_memory=self._gpu_bytes if p.device.startswith("cuda") else None,
+                          idle_check=idle.check if idle is not None else None,
+                          idle_retimes=p.idle_gpu_retimes, idle_max_void=p.idle_gpu_max_void,
+                          step_logits=p.decode_step_logits, keep_steps=verify_reps)
+        sweep.verify_reps = verify_reps
+        sweep.idle_gpu = ({**idle.receipt(), "voided": sweep.idle_voids} if idle is not None
+                          else not_applicable("CPU evaluation: no GPU kernels to be in flight"))
+        return sweep
 
     def _gpu_bytes(self, proc: RevisionProcess) -> int | None:
         """GPU memory of one revision's process tree, read by us (NVML), never by the revision."""
@@ -469,18 +484,31 @@ class Evaluation:
     def _pair_deltas(sweeps, gate: str) -> list[float]:
         return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps]
 
+    def _draw_verify_reps(self) -> set[int] | None:
+        """The reps whose outputs are verified (None: all). Drawn before timing so that only their
+        per-step logits are kept, never sent: every timed request looks the same to the revision."""
+        p = self.profile
+        if p.verify_reps is None:
+            return None
+        import secrets as _secrets
+
+        return set(_secrets.SystemRandom().sample(range(p.pairs), min(p.verify_reps, p.pairs)))
+
     def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
         p = self.profile
-        reps = None
-        if p.verify_reps is not None:
-            import secrets as _secrets  # drawn after timing, so a revision cannot know which reps count
-
-            rng = _secrets.SystemRandom()
-            reps = sorted(rng.sample(range(p.pairs), min(p.verify_reps, p.pairs)))
-        cache: dict = {}
-        return {(r, g.name): verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
-                                            tie_tol=p.output_tie_tol, reps=reps, cache=cache)
-                for g in gates for r in ("base", "head")}
+        reps = getattr(sweep, "verify_reps", None)
+        reps = sorted(reps) if reps is not None else None
+        out = {}
+        for c in sorted({g.context for g in gates}):  # one context's reference rows at a time
+            cache: dict = {}
+            for g in (g for g in gates if g.context == c):
+                for r in ("base", "head"):
+                    out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
+                                                      tie_tol=p.output_tie_tol, reps=reps, cache=cache)
+        for samples in sweep.checked.values():  # n x vocab per verified decode: not kept past its check
+            for s in samples:
+                s.step_logits = None
+        return out
 
     def gate_count(self) -> int:
         """Gates of one evaluation (every model's): the false-significance rate is split over them."""
@@ -539,6 +567,10 @@ class Evaluation:
         if head.agree < bar:
             out.output_failures.append(f"{model} {gate}: head's outputs agree with the reference on "
                                        f"{head.agree:.0%} of {head.checked_tokens} tokens (< {bar:.0%})")
+        p = self.profile
+        out.output_failures.extend(judge_steps(model, gate, head, base, extra_misses=p.output_extra_misses,
+                                               floor=p.output_kl_floor, ratio=p.output_kl_ratio,
+                                               base_max=p.output_kl_base_max))
 
     def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> None:
         """NVML's per-process GPU memory of each revision's tree; the receipt keeps the maximum."""
@@ -693,13 +725,7 @@ def _own_cuda_context() -> int:
 
 def _merge_checks(checks: list[dict]) -> dict:
     """One output check per (role, gate) over every process pair's verified reps."""
-    out = {}
-    for key in checks[0]:
-        parts = [c[key] for c in checks]
-        total = sum(x.checked_tokens for x in parts)
-        hits = sum(x.agree * x.checked_tokens for x in parts if x.agree is not None)
-        out[key] = OutputCheck(hits / total, total) if total else parts[0]
-    return out
+    return {key: merge_output_checks([c[key] for c in checks]) for key in checks[0]}
 
 
 def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:

@@ -97,6 +97,32 @@ class Nvml:
         except Exception:  # noqa: BLE001
             return None
 
+    def process_utilization(self, since_s: float) -> list[tuple[int, int, float]] | None:
+        """(pid, SM %, sample time in epoch seconds) of every process NVML sampled after `since_s`
+        (one sample per process: its latest period with non-zero use); None when unsupported."""
+        if not self.ok:
+            return None
+        try:
+            samples = self.nv.nvmlDeviceGetProcessUtilization(self.handle, int(since_s * 1e6))
+        except Exception as exc:  # noqa: BLE001
+            if "Not Found" in str(exc) or type(exc).__name__.endswith("NotFound"):
+                return []  # no process used the GPU since then
+            return None
+        return [(int(s.pid), int(s.smUtil), s.timeStamp / 1e6) for s in samples]
+
+    def utilization_period_s(self) -> float | None:
+        """NVML's utilisation sampling period on this GPU: the median gap between its recent GPU
+        utilisation samples (None when it keeps none)."""
+        if not self.ok:
+            return None
+        try:
+            _, samples = self.nv.nvmlDeviceGetSamples(self.handle, self.nv.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        except Exception:  # noqa: BLE001
+            return None
+        ts = sorted({s.timeStamp for s in samples})
+        gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+        return gaps[len(gaps) // 2] / 1e6 if gaps else None
+
     def process_memory(self, pids: set[int]) -> int | None:
         if not self.ok:
             return None

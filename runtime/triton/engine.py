@@ -106,7 +106,9 @@ class TritonEngine:
         self._last_logits = self.bufs.logits
         return self.bufs.logits.clone()
 
-    def generate_greedy(self, n: int) -> list[int]:
+    def generate_greedy(self, n: int, logits_out: torch.Tensor | None = None) -> list[int]:
+        """`logits_out` (optional, n x vocab float32 on this device): each step's logits are copied into
+        it (the harness checks every timed decode step against the reference; one D2D copy per step)."""
         if self._last_logits is None:
             raise ValueError("generate_greedy needs a preceding prefill or decode")
         if n <= 0:
@@ -115,8 +117,10 @@ class TritonEngine:
         start = self.position
         if self._last_logits is not self.bufs.logits:  # the graph leaves the next token in bufs.token already
             argmax_to(self._last_logits.contiguous(), self.bufs.token, self.bufs.argmax)
-        for _ in range(n):
+        for i in range(n):
             self._runner()  # consumes bufs.token, writes the next argmax back into it
+            if logits_out is not None:
+                logits_out[i].copy_(self.bufs.logits.reshape(-1))
         self.position += n
         self._last_logits = self.bufs.logits
         return self.bufs.history[start : start + n].tolist()  # the one host sync

@@ -21,6 +21,7 @@ def compose(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("compose")
     shutil.copy(ROOT / "docker-compose.yml", work / "docker-compose.yml")
     shutil.copy(ROOT / ".env.example", work / ".env.example")
+    shutil.copytree(ROOT / "docker", work / "docker")  # the GPU worker's seccomp profile (read by `config`)
     # The README's check, as written: no .env beside it.
     out = subprocess.run([binary, "--env-file", ".env.example", "config"], cwd=work, capture_output=True, text=True,
                          timeout=60)
@@ -92,3 +93,28 @@ def test_redis_requires_a_password_and_its_users_follow_the_acl_rules(compose):
         assert users[f"gpu{i}"][1:] == acl.gpu_rules(env[f"REDIS_GPU{i}_PASSWORD"])
     for name in ("web", "publish-worker", "migrate"):
         assert compose["services"][name]["environment"]["TOKENGATE_BROKER_URL"].startswith("redis://web:")
+
+
+def test_gpu_workers_can_build_the_sandbox_without_privilege(compose):
+    """User namespaces and mounts for bubblewrap, a private cgroup namespace, no privilege, no capabilities."""
+    import json
+
+    s = compose["services"]
+    for name in ("gpu-worker-0", "gpu-worker-1"):
+        w = s[name]
+        assert not w.get("privileged") and w["cap_drop"] == ["ALL"] and not w.get("cap_add")
+        opts = [o.replace(":", "=", 1) for o in w["security_opt"]]
+        assert "seccomp=./docker/gpu-worker-seccomp.json" in opts
+        assert {"apparmor=unconfined", "systempaths=unconfined", "no-new-privileges=true"} <= set(opts)
+        assert w.get("cgroup", "private") == "private" and not w.get("cgroup_parent")
+        assert not any(str(v).split(":")[0] in ("/sys/fs/cgroup", "/sys", "/var/run/docker.sock", "/run")
+                       for v in w.get("volumes", []))
+        assert w.get("user") in (None, "tokengate", "10001")  # the image's unprivileged user
+    for name in ("web", "publish-worker", "migrate"):  # only the GPU side needs any of it
+        assert "security_opt" not in s[name] and not s[name].get("privileged")
+    profile = json.loads((ROOT / "docker" / "gpu-worker-seccomp.json").read_text())
+    refused = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ERRNO" for n in rule["names"]}
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    assert not refused & {"clone", "clone3", "unshare", "setns", "mount", "umount2", "pivot_root"}  # bwrap's
+    assert {"kexec_load", "init_module", "finit_module", "bpf", "ptrace", "keyctl", "perf_event_open",
+            "process_vm_readv", "userfaultfd", "open_by_handle_at", "reboot", "swapon"} <= refused

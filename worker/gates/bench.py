@@ -10,6 +10,7 @@ the trusted reference (worker/gates/verify.py). The revision that is not being t
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,10 @@ class Sample:
     ids: list[int] | None = None  # decode: emitted ids
     argmax: int | None = None  # prefill: argmax of the last logits
     logits: np.ndarray | None = field(default=None, repr=False)  # last-position logits of the prefill (parent's copy)
+    # decode: every step's logits (n x vocab) the revision wrote inside the timed request, copied out
+    # for the reps drawn (secretly, before timing) for verification; None otherwise or not returned.
+    step_logits: np.ndarray | None = field(default=None, repr=False)
+    steps_returned: int | None = None  # decode steps whose logits came back (0: generate bypassed decode)
 
 
 @dataclass
@@ -62,6 +67,9 @@ class Sweep:
     samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
     checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
     idle_cpu_s: dict[str, float] = field(default_factory=dict)
+    idle_voids: list[dict] = field(default_factory=list)  # timed requests voided: the idle one used the GPU
+    idle_gpu: dict = field(default_factory=dict)  # the idle-GPU check's receipt (worker/gates/idle_gpu.py)
+    verify_reps: set[int] | None = None  # reps drawn for the output checks (None: all)
     # (role, context) → GPU bytes the parent read (NVML, per process tree) after the first run at that
     # context; contexts run in ascending order then, and the allocator keeps what it reserved, so
     # this is the peak up to that context (a peak shorter than one request can be missed).
@@ -88,10 +96,12 @@ def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
 
 
 def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
-             key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+             key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
+             keep_steps: bool = False) -> list[Sample]:
     """_measure_at, with a fault that names the context that did not fit or finish."""
     try:
-        return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock)
+        return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock, step_logits,
+                           keep_steps)
     except RevisionFault as f:
         gates = ", ".join(g.name for g in (prefill_gate, decode_gate) if g is not None)
         f.detail = f"at context {context} ({gates}): {f.detail}"
@@ -100,11 +110,15 @@ def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None,
 
 
 def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
-                key: str, timeout: float, phase: str, clock: str = "wall") -> list[Sample]:
+                key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
+                keep_steps: bool = False) -> list[Sample]:
     """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
 
     The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
     prompt serves both, so a decode gate costs no extra prefill when both lists share a context.
+    `step_logits`: every timed generate also writes each step's logits into shared memory (the same
+    request every time, so the revision cannot tell which ones are verified); `keep_steps`: the
+    parent copies them out of this one (a rep it drew for verification).
     """
     out = []
     resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
@@ -115,25 +129,44 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
         out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,
                           wall_seconds=wall, argmax=argmax, logits=last))
     if decode_gate is not None:
-        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout)
+        extra = {"step_logits": True} if step_logits else {}
+        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout, **extra)
         secs = _timed(proc, wall, clock, decode_gate.name)
         ids = resp.get("ids")
         if not (isinstance(ids, list) and len(ids) == decode_gate.tokens and all(type(t) is int for t in ids)):
             raise RevisionFault(proc.role, phase, "protocol", f"generate answered {str(ids)[:120]}")
+        steps = resp.get("steps") if step_logits else None
+        rows = None
+        if steps is not None and type(steps) is not int:
+            raise RevisionFault(proc.role, phase, "protocol", f"generate answered steps={str(steps)[:40]}")
+        if keep_steps and steps == decode_gate.tokens:
+            rows = proc.read_logits(resp, decode_gate.tokens, phase)  # shape checked against n x vocab
+            if not np.all(np.isfinite(rows)):  # NaN rows = steps its generate never wrote
+                raise RevisionFault(proc.role, phase, "nonfinite", f"{decode_gate.name}: per-step logits of the timed "
+                                    "generate are not finite")
         out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
-                          wall_seconds=wall, ids=ids, logits=last))
+                          wall_seconds=wall, ids=ids, logits=last, step_logits=rows,
+                          steps_returned=steps if steps is None else min(steps, decode_gate.tokens)))
     return out
 
 
 def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab: int, model_sha: str,
               pairs: int, warmup: int, timeout: float, inner: int = 1, sweep_id: int | str = 0,
-              clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True) -> Sweep:
+              clock: str = "wall", on_step=None, gpu_memory=None, idle_check=None, freeze: bool = True,
+              idle_retimes: int = 2, idle_max_void: int = 3, step_logits: bool = False,
+              keep_steps: set[int] | None = None) -> Sweep:
     """Warm up, then `pairs` ABBA rounds over every gate context; returns the parent-timed samples.
 
     One sample is the fastest of `inner` timed requests, each on its own prompt (the best of a few
     is robust to bursts of load from other processes; every one of them is output-checked).
-    While one revision is timed the other is frozen (`freeze`); `idle_check(timed, idle)` runs after
-    each timed request (GPU: did the frozen one have kernels running?).
+    While one revision is timed the other is frozen (`freeze`); `idle_check(timed, idle, t0, t1)`
+    runs after each timed request, before the thaw (GPU: worker/gates/idle_gpu.py). A request
+    during which the frozen one kept the GPU busy is void and timed again (up to `idle_retimes`
+    times); a revision seen doing it more than `idle_max_void` times in the sweep, or on every
+    retime, is named: it kept working while it should have been idle.
+    `step_logits`: every timed generate returns its per-step logits through shared memory; the
+    parent keeps them for the reps in `keep_steps` (None: every rep), drawn before timing and never
+    sent, so the revision cannot tell a verified request from another.
     """
     sweep = Sweep(gates)
     roles = ("base", "head")
@@ -154,19 +187,36 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 for r in roles:
                     procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
 
+    voids = {r: 0 for r in roles}
+
+    def idle_fault(idle, why):
+        return RevisionFault(idle.role, "measure", "idle_gpu",
+                             f"kept the GPU busy while frozen ({why}): its kernels ran while the other revision "
+                             "was being timed")
+
     def measure(r, c, rep, i, phase):
         other = procs[roles[1 - roles.index(r)]]
-        if freeze:
-            other.freeze(True)
-        try:
-            out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)), key(c, rep, i),
-                           timeout, phase, clock)
-            if idle_check is not None:
-                idle_check(procs[r], other)
-        finally:
+        for attempt in range(idle_retimes + 1):
             if freeze:
-                other.freeze(False)
-        return out
+                other.freeze(True)
+            try:
+                t0 = time.time()
+                out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)),
+                               key(c, rep, i), timeout, phase, clock, step_logits,
+                               phase == "measure" and (keep_steps is None or rep in keep_steps))
+                reading = (idle_check(procs[r], other, t0, time.time())
+                           if idle_check is not None and phase == "measure" else None)
+            finally:
+                if freeze:
+                    other.freeze(False)
+            if reading is None or not reading.busy:
+                return out
+            voids[other.role] += 1  # this timed request is void: time it again
+            sweep.idle_voids.append({"idle": other.role, "timed": r, "context": c, "rep": rep, "attempt": attempt,
+                                     "sm_util": reading.sm_util})
+            if voids[other.role] > idle_max_void:
+                raise idle_fault(other, f"SM activity in {voids[other.role]} timed windows of the other revision")
+        raise idle_fault(other, f"SM activity in all {idle_retimes + 1} timings of one request")
 
     def read_memory(r, c):  # the first round only: see Sweep.gpu_memory
         if gpu_memory is not None and (r, c) not in sweep.gpu_memory:
@@ -212,38 +262,3 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                                 f"revision was timed for {window[other]:.2f} s (work deferred past the answer)")
     sweep.idle_cpu_s = idle_cpu
     return sweep
-
-
-@dataclass
-class OutputCheck:
-    agree: float | None
-    checked_tokens: int
-    reason: str | None = None
-
-
-def verify_outputs(sweep: Sweep, role: str, gate: GateSpec, reference: RevisionProcess, *, timeout: float,
-                   tie_tol: float, reps: list[int] | None = None, cache: dict | None = None) -> OutputCheck:
-    """Teacher-forced agreement of the timed outputs with the trusted reference.
-
-    An emitted id agrees when the reference's logit for it is within `tie_tol` of the reference's
-    max (so a near-tie broken the other way by a different but valid summation order passes).
-    """
-    cache = {} if cache is None else cache
-    hits = total = 0
-    for s in sweep.checked.get((role, gate.name), []):
-        if reps is not None and s.rep not in reps:
-            continue
-        emitted = s.ids if s.ids is not None else [s.argmax]
-        ck = (s.prompt_key, tuple(emitted))
-        if ck not in cache:
-            if ("staged", s.prompt_key) not in cache:
-                reference.request("stage", key=s.prompt_key, ids=sweep.prompts[s.prompt_key], phase="verify",
-                                  timeout=timeout)
-                cache[("staged", s.prompt_key)] = True
-            resp, _ = reference.request("teacher", key=s.prompt_key, emitted=emitted, phase="verify", timeout=timeout)
-            cache[ck] = sum(1 for chosen, mx, _ in resp["rows"] if chosen >= mx - tie_tol * max(1.0, abs(mx)))
-        hits += cache[ck]
-        total += len(emitted)
-    if total == 0:
-        return OutputCheck(None, 0, "no outputs to check")
-    return OutputCheck(hits / total, total)

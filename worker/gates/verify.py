@@ -1,4 +1,12 @@
-"""Logit-level check of every timed prefill against the trusted reference (issue 13 item 6).
+"""Output checks of the timed requests against the trusted reference (issue 13 item 6).
+
+Timed decode: for the reps drawn for verification, every emitted token is teacher-forced through
+the reference (`teacher_logits`: its logits at each step, into shared memory; every reduction
+here). Each step's token must be the reference's argmax within the tie tolerance (paired against
+base's misses on the same prompts), and where the revision returned its own per-step logits inside
+the timed request, KL(reference || revision) is taken at every step.
+
+Timed prefill:
 
 Each timed prefill writes its prompt's last-position logits into the parent's shared memory
 inside the timed request (the decode gates' prefill too); the parent keeps its own copy. After
@@ -10,7 +18,7 @@ legitimate difference of an optimised kernel from the fp32 reference) with an ab
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +36,12 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 def kl(ref_logits: np.ndarray, logits: np.ndarray) -> float:
     lr, lq = _log_softmax(ref_logits), _log_softmax(logits)
     return max(float((np.exp(lr) * (lr - lq)).sum()), 0.0)
+
+
+def kl_rows(ref: np.ndarray, q: np.ndarray, chunk: int = 8) -> list[float]:
+    """KL per row, a few rows at a time (float64 temporaries of a real vocabulary stay small)."""
+    return [kl(ref[i], q[i]) for i in range(len(ref))] if len(ref) <= chunk else [
+        x for i in range(0, len(ref), chunk) for x in kl_rows(ref[i:i + chunk], q[i:i + chunk], chunk)]
 
 
 @dataclass
@@ -63,7 +77,7 @@ def check_timed_logits(sweep, role: str, gate: str, reference: RevisionProcess, 
 
 
 def judge_logits(model: str, gate: str, head: LogitCheck, base: LogitCheck, *, floor: float, ratio: float,
-                 base_max: float) -> str | None:
+                 base_max: float, unit: str = "timed requests") -> str | None:
     """A failure sentence for the head (None = passes); INFRA when base itself is far off the reference."""
     if head.kl_mean is None or base.kl_mean is None:
         raise infra(InfraKind.MISSING_METRIC, f"{model} {gate}: timed-output KL check had nothing to check "
@@ -75,6 +89,120 @@ def judge_logits(model: str, gate: str, head: LogitCheck, base: LogitCheck, *, f
     worst_bound = max(floor, ratio * base.kl_max)
     if head.kl_mean > bound or head.kl_max > worst_bound:
         return (f"{model} {gate}: head's timed outputs differ from the reference (KL mean {head.kl_mean:.3g}, "
-                f"max {head.kl_max:.3g} over {head.checked} timed requests; base {base.kl_mean:.3g}/"
+                f"max {head.kl_max:.3g} over {head.checked} {unit}; base {base.kl_mean:.3g}/"
                 f"{base.kl_max:.3g}, bound {bound:.3g}/{worst_bound:.3g})")
     return None
+
+
+# -- timed decode: every step of the verified reps ---------------------------------------------------
+@dataclass
+class OutputCheck:
+    agree: float | None
+    checked_tokens: int
+    reason: str | None = None
+    misses: int = 0  # emitted tokens that are not the reference's argmax within the tie tolerance
+    miss_at: list = field(default_factory=list)  # (prompt key, step) of the first few misses
+    step_kl_mean: float | None = None  # KL per decode step, where the revision returned its logits
+    step_kl_max: float | None = None
+    step_kl_steps: int = 0
+    steps_not_returned: int = 0  # verified decode requests whose per-step logits did not come back
+
+    def step_check(self) -> LogitCheck:
+        return LogitCheck(self.step_kl_mean, self.step_kl_max, self.step_kl_steps,
+                          None if self.step_kl_steps else "no per-step logits returned")
+
+
+def teacher_rows(reference: RevisionProcess, sweep, key: str, emitted: list[int], timeout: float,
+                 cache: dict) -> np.ndarray:
+    """The reference's logits teacher-forced on `emitted`: row 0 = the prompt's last position, row i+1
+    after decoding emitted[i]. Cached per prompt; a prefill check reuses any cached row 0."""
+    per = cache.setdefault(key, {})
+    if tuple(emitted) in per:
+        return per[tuple(emitted)]
+    if not emitted and per:
+        return next(iter(per.values()))[:1]
+    if ("staged", key) not in cache:
+        reference.request("stage", key=key, ids=sweep.prompts[key], phase="verify", timeout=timeout)
+        cache[("staged", key)] = True
+    resp, _ = reference.request("teacher_logits", key=key, emitted=list(emitted), phase="verify", timeout=timeout)
+    rows = reference.read_logits(resp, len(emitted) + 1, "verify").reshape(len(emitted) + 1, -1)
+    per[tuple(emitted)] = rows
+    return rows
+
+
+def verify_outputs(sweep, role: str, gate, reference: RevisionProcess, *, timeout: float, tie_tol: float,
+                   reps: list[int] | None = None, cache: dict | None = None) -> OutputCheck:
+    """Teacher-forced check of every step of the timed outputs of the verified reps.
+
+    An emitted id agrees when the reference's logit for it is within `tie_tol` of the reference's
+    max (so a near-tie broken the other way by a different but valid summation order passes).
+    """
+    cache = {} if cache is None else cache
+    hits = total = 0
+    miss_at, kls, not_returned = [], [], 0
+    for s in sweep.checked.get((role, gate.name), []):
+        if reps is not None and s.rep not in reps:
+            continue
+        decode = s.ids is not None
+        emitted = s.ids if decode else [s.argmax]
+        rows = teacher_rows(reference, sweep, s.prompt_key, emitted if decode else [], timeout, cache)
+        for step, t in enumerate(emitted):
+            mx = float(rows[step].max())
+            if float(rows[step][t]) >= mx - tie_tol * max(1.0, abs(mx)):
+                hits += 1
+            elif len(miss_at) < 8:
+                miss_at.append((s.prompt_key, step))
+        total += len(emitted)
+        if decode and s.step_logits is not None:
+            if s.step_logits.shape != rows[1:].shape:
+                return OutputCheck(None, 0, f"per-step logits {s.step_logits.shape} differ from the reference's "
+                                            f"{rows[1:].shape}")
+            kls += kl_rows(rows[1:], s.step_logits)  # its logits after decoding emitted[i] vs the reference's
+        elif decode:
+            not_returned += 1
+    if total == 0:
+        return OutputCheck(None, 0, "no outputs to check")
+    return OutputCheck(hits / total, total, misses=total - hits, miss_at=miss_at,
+                       step_kl_mean=float(np.mean(kls)) if kls else None, step_kl_max=max(kls, default=None),
+                       step_kl_steps=len(kls), steps_not_returned=not_returned)
+
+
+def merge_output_checks(parts: list[OutputCheck]) -> OutputCheck:
+    """One check over every process pair's verified reps."""
+    total = sum(x.checked_tokens for x in parts)
+    if not total:
+        return parts[0]
+    steps = sum(x.step_kl_steps for x in parts)
+    return OutputCheck(
+        sum(x.agree * x.checked_tokens for x in parts if x.agree is not None) / total, total,
+        misses=sum(x.misses for x in parts), miss_at=[m for x in parts for m in x.miss_at][:8],
+        step_kl_mean=sum(x.step_kl_mean * x.step_kl_steps for x in parts if x.step_kl_steps) / steps if steps else None,
+        step_kl_max=max((x.step_kl_max for x in parts if x.step_kl_steps), default=None), step_kl_steps=steps,
+        steps_not_returned=sum(x.steps_not_returned for x in parts))
+
+
+def judge_steps(model: str, gate: str, head: OutputCheck, base: OutputCheck, *, extra_misses: int, floor: float,
+                ratio: float, base_max: float) -> list[str]:
+    """Failure sentences for the head's timed decode steps (empty = passes).
+
+    Tokens: the head may miss the reference's argmax (beyond the tie tolerance) on at most
+    `extra_misses` more steps than base on the same prompts. Logits: every returned step's KL,
+    bounded like the prefill check (relative to base's, with a floor); where base returned none (its
+    generate bypasses decode) the head is held to the floor alone.
+    """
+    fails = []
+    if head.misses > base.misses + extra_misses:
+        fails.append(f"{model} {gate}: head emitted {head.misses} of {head.checked_tokens} timed decode tokens that "
+                     f"are not the reference's choice (base {base.misses}; allowed +{extra_misses}), first at "
+                     f"{head.miss_at[:3]}")
+    if base.step_kl_steps and not head.step_kl_steps and head.steps_not_returned:
+        fails.append(f"{model} {gate}: head's generate_greedy returned no per-step logits where base's did "
+                     f"({head.steps_not_returned} verified requests): its timed decode cannot be checked at logit "
+                     "level (docs/protocol.md: generate_greedy goes through engine.decode or fills logits_out)")
+    if head.step_kl_steps:
+        ref = base.step_check() if base.step_kl_steps else LogitCheck(0.0, 0.0, 0)
+        failure = judge_logits(model, f"{gate} decode steps", head.step_check(), ref, floor=floor, ratio=ratio,
+                               base_max=base_max, unit="decode steps")
+        if failure:
+            fails.append(failure)
+    return fails

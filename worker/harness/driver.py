@@ -19,7 +19,7 @@ import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 2
+DRIVER_VERSION = 3
 _HEADER = struct.Struct(">I")
 
 
@@ -58,6 +58,34 @@ def _to_list(x):
     if hasattr(x, "detach"):
         x = x.detach().float().cpu()
     return x.tolist() if hasattr(x, "tolist") else list(x)
+
+
+def _copy_row(out):
+    if hasattr(out, "detach"):
+        t = out.detach().reshape(-1)
+        return t.clone() if str(t.dtype) == "torch.float32" else t.float()  # one copy either way
+    import numpy as np
+
+    return np.array(out, dtype=np.float32).reshape(-1)
+
+
+def _accepts(fn, name):
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _stack(rows):
+    if hasattr(rows[0], "detach"):
+        import torch
+
+        return torch.stack(rows)
+    import numpy as np
+
+    return np.stack(rows)
 
 
 class Driver:
@@ -131,23 +159,76 @@ class Driver:
         return {"ok": True, "shape": shape}
 
     def generate(self, req):
-        ids = self.engine.generate_greedy(int(req["n"]))
+        """Timed: greedy ids; with `step_logits`, every decode step's logits too, written into the
+        parent's shared memory inside the timed request (rows n x vocab; `steps` says how many the
+        revision's generate_greedy produced through engine.decode: 0 when it bypasses it)."""
+        n = int(req["n"])
+        steps = []
+        engine = self.engine
+        if req.get("step_logits") and self.torch is not None and _accepts(engine.generate_greedy, "logits_out"):
+            return self._generate_into(n)
+        hooked = bool(req.get("step_logits")) and hasattr(engine, "__dict__")
+        if hooked:
+            own = vars(engine).get("decode")  # an instance attribute of its own, put back after
+            inner = engine.decode
+
+            def decode(token_id, _inner=inner):
+                out = _inner(token_id)
+                steps.append(_copy_row(out))  # a copy: the engine may reuse its logits buffer
+                return out
+
+            vars(engine)["decode"] = decode
+        try:
+            ids = engine.generate_greedy(n)
+        finally:
+            if hooked:
+                if own is not None:
+                    vars(engine)["decode"] = own
+                else:
+                    vars(engine).pop("decode", None)
         self.engine.synchronize()
         ids = _to_list(ids)
-        if len(ids) != int(req["n"]) or not all(isinstance(t, (int, float)) and float(t).is_integer() for t in ids):
+        if len(ids) != n or not all(isinstance(t, (int, float)) and float(t).is_integer() for t in ids):
             return {"ok": False, "kind": "protocol",
                     "error": f"generate_greedy({req['n']}) returned {str(ids)[:200]}"}
-        return {"ok": True, "ids": [int(t) for t in ids]}
+        resp = {"ok": True, "ids": [int(t) for t in ids], "steps": len(steps)}
+        if steps and len(steps) == n:
+            resp["shape"] = self._put(_stack(steps))
+        return resp
 
     def logits(self, req):
-        """All-position logits of a staged prompt, written as raw float32 for the parent to read."""
+        """All-position logits of a staged prompt, written as raw float32 for the parent to read;
+        with `hold`, kept here instead (a long prompt's are GBs) until `rows` says which to send."""
+        self.held = None
         self.engine.reset()
         out = self.engine.prefill(self.staged[req["key"]], all_logits=True)
         self.engine.synchronize()
         n = len(self.staged[req["key"]])
-        shape = self._put(out)
+        shape = [int(x) for x in getattr(out, "shape", ())]
         if shape != [n, self.vocab]:
             return {"ok": False, "kind": "protocol", "error": f"all_logits shape {shape}, expected [{n}, {self.vocab}]"}
+        if req.get("hold"):
+            self.held = out
+            return {"ok": True, "held": shape}
+        return {"ok": True, "shape": self._put(out)}
+
+    def rows(self, req):
+        """The held logits' rows at the positions the parent chose after the prefill, into shared memory."""
+        held, self.held = getattr(self, "held", None), None
+        if held is None:
+            return {"ok": False, "kind": "protocol", "error": "rows requested with no held logits"}
+        pos = [int(i) for i in req["rows"]]
+        if hasattr(held, "detach"):
+            import torch
+
+            picked = held[torch.tensor(pos, dtype=torch.long, device=held.device)]
+        else:
+            picked = held[pos]
+        shape = self._put(picked)
+        del held, picked
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # a long prompt's logits are GBs: hand them back before timing
         return {"ok": True, "shape": shape}
 
     def _put(self, out):
@@ -164,6 +245,28 @@ class Driver:
             raise MemoryError(f"logits of shape {shape} exceed the shared buffer")
         self.shm[:len(data)] = data
         return shape
+
+    def _generate_into(self, n):
+        """An engine whose generate_greedy bypasses engine.decode (a graph-captured loop) may take
+        `logits_out`, an n x vocab float32 device buffer it fills with each step's logits. NaN until
+        written, so rows it leaves unwritten cannot pass the parent's check."""
+        torch = self.torch
+        buf = torch.full((n, self.vocab), float("nan"), dtype=torch.float32,
+                         device=getattr(self.engine, "device", "cpu"))
+        ids = _to_list(self.engine.generate_greedy(n, logits_out=buf))
+        self.engine.synchronize()
+        if len(ids) != n or not all(isinstance(t, (int, float)) and float(t).is_integer() for t in ids):
+            return {"ok": False, "kind": "protocol", "error": f"generate_greedy({n}) returned {str(ids)[:200]}"}
+        return {"ok": True, "ids": [int(t) for t in ids], "steps": n, "shape": self._put(buf)}
+
+    def teacher_logits(self, req):
+        """Teacher-forced logits for emitted ids: row 0 the prompt's last position, row i+1 after
+        decode(emitted[i]); (len(emitted)+1) x vocab float32 into the parent's shared memory."""
+        self.engine.reset()
+        rows = [_copy_row(self.engine.prefill(self.staged[req["key"]]))]
+        for t in [int(t) for t in req["emitted"]]:
+            rows.append(_copy_row(self.engine.decode(t)))
+        return {"ok": True, "shape": self._put(_stack(rows))}
 
     def teacher(self, req):
         """Teacher-forced check rows for emitted ids: [logit of the emitted id, max logit, argmax]."""
@@ -214,7 +317,7 @@ def main():
             break
         try:
             resp = getattr(driver, op)(req)
-            if op in ("prefill", "generate", "logits", "teacher"):
+            if op in ("prefill", "generate", "logits", "teacher", "teacher_logits"):
                 driver.device_sync()
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which classifies it
             resp = {"ok": False, "kind": _classify(exc), "error": f"{type(exc).__name__}: {exc}"[:2000],
