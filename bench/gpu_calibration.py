@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.tree_snapshot import REF as SNAPSHOT_REF, snapshot_commit  # noqa: E402
 from worker.calibration.aa_store import AAStore  # noqa: E402
 from worker.calibration.auto import calibrate_pairs, run_pairs, targets  # noqa: E402
 from worker.calibration.placebo import judge_blocks  # noqa: E402
@@ -96,7 +97,10 @@ def setup(st: State, profile: str) -> Path:
     repo = st.dir / "repo"
     if not (repo / ".git").exists():
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True)
-        main = git(repo, "rev-parse", "HEAD")
+        # The working tree as it is (on the device HEAD is the last landed commit; bench/tree_snapshot.py).
+        main = snapshot_commit(ROOT)
+        git(repo, "fetch", "-q", str(ROOT), f"+{SNAPSHOT_REF}:refs/heads/snapshot")
+        git(repo, "checkout", "-q", "-B", "main", main)
         for share in PLANTS:
             b = f"plant-{round(share * 100)}"
             git(repo, "checkout", "-q", "-B", b, main)

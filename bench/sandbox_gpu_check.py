@@ -28,6 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.tree_snapshot import REF, snapshot_commit  # noqa: E402
 from worker import sandbox, telemetry  # noqa: E402
 from worker.checkout import checkout_pair, remove_worktree  # noqa: E402
 from worker.config import EvalSettings, ModelSpec  # noqa: E402
@@ -76,11 +77,12 @@ def git_commit() -> str | None:
 
 def measure(repo: Path, model: ModelSpec, device: str, backend: str, sweeps: int, pairs: int, workdir: Path,
             settings: EvalSettings, profile_name: str) -> dict:
-    job = Job(repo=str(repo), base_ref="HEAD", head_ref="HEAD", profile=profile_name, device=device)
+    snap = snapshot_commit(repo)  # the working tree, not the device checkout's last landed commit
+    job = Job(repo=str(repo), base_ref=REF, head_ref=REF, profile=profile_name, device=device)
     ev = Evaluation(job, settings, workdir=workdir)
     p = ev.profile.model_copy(update={"backend": backend, "pairs": pairs, "models": [model]})
     ev.profile = p
-    git_dir, base, head = checkout_pair(str(repo), "HEAD", "HEAD", workdir)
+    git_dir, base, head = checkout_pair(str(repo), REF, REF, workdir, snap, snap)
     ev.revs = {"base": base, "head": head}
     from worker import models as model_files
 

@@ -1,0 +1,38 @@
+"""A commit of the working tree as it is, for bench scripts that check revisions out of this checkout.
+
+On the device the checkout's HEAD is the last *landed* commit and this session's work lies in the
+working tree as uncommitted changes (docs/notes/gpu-20261202.md: a calibration measured the old
+loader that way). This writes the tree, untracked-but-not-ignored files included, as a commit on
+`refs/tokengate/snapshot` through a temporary index: HEAD, the index and the branches stay as they were.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+REF = "refs/tokengate/snapshot"
+_WHO = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@tokengate.invalid",
+        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@tokengate.invalid"}
+
+
+def snapshot_commit(repo: Path) -> str:
+    """SHA of a commit holding the working tree of `repo` (parent: HEAD), also stored at REF."""
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, **_WHO, "GIT_INDEX_FILE": str(Path(d) / "index")}
+
+        def git(*a: str) -> str:
+            return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,
+                                  env=env).stdout.strip()
+
+        git("read-tree", "HEAD")
+        git("add", "-A")
+        tree = git("write-tree")
+        head = git("rev-parse", "HEAD")
+        if tree == git("rev-parse", "HEAD^{tree}"):
+            sha = head
+        else:
+            sha = git("commit-tree", tree, "-p", head, "-m", "working tree snapshot (bench/tree_snapshot.py)")
+        git("update-ref", REF, sha)
+        return sha

@@ -1,0 +1,37 @@
+"""bench/tree_snapshot.py: revisions checked out by bench scripts are the working tree, not the last commit."""
+import subprocess
+
+from bench.tree_snapshot import REF, snapshot_commit
+
+
+def _git(repo, *a):
+    return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_snapshot_holds_changed_and_untracked_files_and_leaves_head_alone(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / ".gitignore").write_text("*.gguf\n")
+    (repo / "a.py").write_text("old\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c1")
+    head = _git(repo, "rev-parse", "HEAD")
+    (repo / "a.py").write_text("new\n")
+    (repo / "b.py").write_text("untracked\n")
+    (repo / "m.gguf").write_text("ignored\n")
+    sha = snapshot_commit(repo)
+    assert sha != head and _git(repo, "rev-parse", REF) == sha
+    assert _git(repo, "show", f"{sha}:a.py") == "new" and _git(repo, "show", f"{sha}:b.py") == "untracked"
+    assert "m.gguf" not in _git(repo, "ls-tree", "--name-only", sha)
+    assert _git(repo, "rev-parse", "HEAD") == head and _git(repo, "status", "--porcelain").count("??") == 1
+
+
+def test_clean_tree_is_head(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "a.py").write_text("x\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c1")
+    assert snapshot_commit(repo) == _git(repo, "rev-parse", "HEAD")
