@@ -146,15 +146,18 @@ def simulate(args) -> dict:
 
     base = EvalSettings(**({"noise_scale_confidence": args.scale_confidence} if args.scale_confidence else {}))
     rng = np.random.default_rng(args.seed)
-    out = {"kind": "placebo_power_simulation", "gates": GATES, "false_significance_rate": base.false_significance_rate,
-           "reps": args.reps, "max_pairs": args.max_pairs, "history": args.history, "histories": args.histories,
-           "judged_trials": args.trials, "sample": args.sample, "factors": args.factors,
-           "drift_window": base.drift_window, "drift_alpha": base.drift_alpha,
-           "noise_scale_confidence": base.noise_scale_confidence,
+    out = {"kind": "placebo_power_simulation",
+           "config": {"gates": GATES, "false_significance_rate": base.false_significance_rate, "reps": args.reps,
+                      "max_pairs": args.max_pairs, "calibration_pairs_per_gate": args.history,
+                      "factors": args.factors, "noise": [list(x) for x in args.noise], "seed": args.seed,
+                      "drift_window": base.drift_window, "drift_alpha": base.drift_alpha,
+                      "noise_scale_confidence": base.noise_scale_confidence, "designs": list(DESIGNS)},
+           "n": {"histories_per_factor": args.histories, "pair_delta_draws": args.sample,
+                 "judged_evaluations_per_factor_and_design": args.histories * (args.trials // args.histories)},
            "method": "per calibration draw, the exact chance that an A/A evaluation has any significant gate given the "
-                     "worker's nulls (pair-delta distribution sampled `sample` times), averaged over `histories` draws; "
-                     "cross-checked by `judged_trials` evaluations through judge()/decide()",
-           "settings": []}
+                     "worker's nulls (pair-delta distribution sampled `pair_delta_draws` times), averaged over the "
+                     "draws; cross-checked by evaluations judged end to end through judge()/decide()",
+           "results": []}
     need = history_needed(base.false_significance_rate / len(GATES) / 2, args.max_pairs)
     tmp = tempfile.TemporaryDirectory()
     store = AAStore(Path(tmp.name) / "aa.sqlite")
@@ -166,7 +169,7 @@ def simulate(args) -> dict:
         grid = np.arange(0.0005, 0.2001, 0.0005)
         for k in args.factors:
             host = Host(offset * k, rep * k, args.reps, rng)
-            res = {name: {"rates": [], "uncal": 0, "widening": [], "hits": 0, "harm": 0, "judged": 0}
+            res = {name: {"rates": [], "uncal": 0, "widening": [], "hits": 0, "harm": 0, "judged": 0, "bounds": []}
                    for name in DESIGNS}
             power = {name: np.zeros(len(grid)) for name in DESIGNS}
             for h in range(args.histories):
@@ -183,6 +186,8 @@ def simulate(args) -> dict:
                     r = res[name]
                     r["rates"].append(1 - math.prod(1 - exceed(nulls[g], samples[k]) for g in GATES))
                     r["uncal"] += any(not n.calibrated for n in nulls.values())
+                    if all(n.bound is not None for n in nulls.values()):  # what the comment states
+                        r["bounds"].append(sum(n.bound for n in nulls.values()))
                     r["widening"].append(nulls["decode@512"].widening)
                     if k == 1.0:
                         power[name] += [exceed(nulls["decode@512"], samples[k], math.log1p(-p)) for p in grid]
@@ -197,6 +202,7 @@ def simulate(args) -> dict:
                        "histories": len(r["rates"]),
                        "said_uncalibrated_or_drift": r["uncal"] / args.histories,
                        "mean_widening": float(np.mean(r["widening"])),
+                       "bound_stated_mean": float(np.mean(r["bounds"])) if r["bounds"] else None,
                        "judged_evaluations": r["judged"], "judged_significant": r["hits"],
                        "judged_false_verdicts": r["harm"]} for name, r in res.items()}
             if k == 1.0:
@@ -211,7 +217,7 @@ def simulate(args) -> dict:
         row["detect"]["uncalibrated"] = {f"{p:.0%}": float(det[np.argmin(abs(grid - p))]) for p in (0.01, 0.02, 0.05)}
         row["mdc"]["uncalibrated"] = float(grid[ok[0]]) if len(ok) else None
         row["seconds"] = round(time.monotonic() - t0, 1)
-        out["settings"].append(row)
+        out["results"].append(row)
         print_row(row, base.false_significance_rate)
     tmp.cleanup()
     return out

@@ -58,6 +58,7 @@ def test_floors_widen_by_the_ratio_when_the_drift_test_misses_a_noisier_host(tmp
     assert p.calibrated and w.calibrated and p.widening == 1.0
     assert w.widening > 1.2 and math.isclose(w.lo, p.lo * w.widening) and math.isclose(w.hi, p.hi * w.widening)
     assert w.floor_slower > p.floor_slower and w.floor_faster > p.floor_faster
+    assert math.isclose(w.aa_sd, p.aa_sd * w.widening)  # the interval over process pairs widens with them
 
 
 def test_a_quieter_host_keeps_its_floors(tmp_path):

@@ -178,4 +178,5 @@ def widen(null: GateNull, ratio) -> GateNull:
     from dataclasses import replace
 
     c = ratio.widening
-    return replace(null, lo=null.lo * c, hi=null.hi * c, widening=c, noise_ratio=ratio.estimate)
+    return replace(null, lo=null.lo * c, hi=null.hi * c, widening=c, noise_ratio=ratio.estimate,
+                   aa_sd=None if null.aa_sd is None else null.aa_sd * c)  # the interval's spread, likewise
