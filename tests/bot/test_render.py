@@ -82,3 +82,16 @@ def test_command_parsing():
 def test_pct_formats():
     assert render.pct(0.4521) == "+45.2%" and render.pct(-0.081) == "-8.1%"
     assert render.pct(None, "timeout") == "n/a (timeout)" and render.pct(float("nan")) == "n/a"
+
+
+def test_worker_report_prints_both_one_sided_floors():
+    """`tokengate eval`'s markdown (worker/report.py, templates/eval_report.md.j2) shows both floors too."""
+    from worker.report import comment_markdown
+    text = comment_markdown(result_for("xl", repo="r", pr=1, base_sha="b", head_sha="h"))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| qwen35-tiny | decode@")]
+    assert rows and all("−1.2% / +1.5%" in ln for ln in rows), rows
+    from rich.console import Console
+    from worker.report import verdict_table
+    console = Console(width=200, record=True)
+    console.print(verdict_table(result_for("xl", repo="r", pr=1, base_sha="b", head_sha="h")))
+    assert "−1.2% / +1.5%" in console.export_text()  # the terminal table too
