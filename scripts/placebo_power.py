@@ -1,20 +1,24 @@
 """Placebo and power of the speed gates, through the project's own gate_null / compare_pairs / decide.
 
 `simulate` (default): realistic noise — per process pair a speed offset (sd `--offset`), per rep an
-ABBA log-ratio noise (sd `--rep`) — is calibrated at 1x and then judged on a host 1x / 1.5x / 2x
-noisier, exactly as an evaluation does it (first pair, more pairs while a gate stays beyond its floor,
-the interval over process pairs, the verdict rules). Printed per noise setting:
-  - false significance per A/A evaluation (any gate significant), the bound it is held to, and with
-    the drift test (the worker's newest A/A pairs from the noisier host in the history): how often the
-    drift is caught (the gates then say "uncalibrated" instead of judging) and the combined rate;
-  - detection of planted 1 / 2 / 5 % slowdowns on one decode gate, and the minimum detectable change
-    (90 % detection) calibrated and uncalibrated.
+ABBA log-ratio noise (sd `--rep`). Each calibration draw records `--history` A/A pairs per gate at 1x,
+then the worker's newest `drift_window` A/A pairs (sentinels) come from a host 1x / 1.25x / 1.5x / 2x
+noisier (`--factors`), and the nulls are what the worker's own store gives an evaluation
+(worker/calibration/history.py: expiry, drift test, noise-ratio widening), for three designs:
+"floors only", "drift test (before)" (noise_scale_check off) and "... + noise-ratio widening (after)".
+Printed per noise setting and factor:
+  - false significance per A/A evaluation (any gate significant): per calibration draw the exact chance
+    given its nulls (all `pairs` fresh pairs beyond one floor, pair deltas sampled `--sample` times),
+    averaged over `--histories` draws, with its standard error; cross-checked by `--trials` evaluations
+    judged end to end through judge() / decide();
+  - at 1x: detection of planted 1 / 2 / 5 % slowdowns on decode@512 and the minimum detectable change
+    (90 % detection), per design and uncalibrated.
 `cpu-placebo`: a real A/A placebo run of the quick profile on this CPU (worker/calibration/placebo.py),
 printing its counts and the bound.
 
 Both write a receipt to bench/receipts/ (`--out`).
 
-    python scripts/placebo_power.py simulate --trials 4000
+    python scripts/placebo_power.py simulate --histories 400 --trials 400
     python scripts/placebo_power.py cpu-placebo --evaluations 20
 """
 from __future__ import annotations
@@ -32,7 +36,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from worker.calibration.history import drift_p  # noqa: E402
 from worker.config import EvalSettings  # noqa: E402
 from worker.gates.noise import gate_null, history_needed  # noqa: E402
 from worker.gates.stats import compare_pairs  # noqa: E402
@@ -95,98 +98,142 @@ def calibration(host: Host, n: int) -> dict[str, list[float]]:
     return {g: [pair_delta(*host.pair()) for _ in range(n)] for g in GATES}
 
 
+def pair_delta_sample(offset_sd: float, rep_sd: float, reps: int, size: int, rng) -> np.ndarray:
+    """Sorted draws of one A/A pair delta of `Host` (pair offset + median of the reps' log ratios)."""
+    off = rng.normal(0, offset_sd, size)
+    return np.sort(off + np.median(rng.normal(0, rep_sd / math.sqrt(2), (size, reps)), axis=1))
+
+
+def exceed(null, sample: np.ndarray, shift: float = 0.0) -> float:
+    """P(this gate is significant in one evaluation | its null), for pairs drawn from `sample` + shift:
+    all `null.pairs` fresh pairs beyond the same floor (GateNull.significant; early stopping changes nothing)."""
+    lo = np.searchsorted(sample, null.lo - shift, side="left") / len(sample)
+    hi = 1 - np.searchsorted(sample, null.hi - shift, side="right") / len(sample)
+    return float(lo ** null.pairs + hi ** null.pairs)
+
+
+def worker_nulls(store, host: str, s: EvalSettings, max_pairs: int, now: float) -> dict:
+    """The nulls an evaluation gets from the worker's store (expiry, drift test, noise-ratio widening)."""
+    from worker.calibration.history import current_nulls
+
+    return current_nulls(store, host, "standard", "p", "m", {g: max_pairs for g in GATES}, s,
+                         per_gate_rate=s.false_significance_rate / len(GATES), now=now)
+
+
+def fill(store, host: str, hist: dict, recent: dict, t0: float):
+    """Calibration rows, then the newest A/A pairs (sentinels) after them, as the worker records them."""
+    import sqlite3
+    from contextlib import closing
+
+    rows = [(host, "standard", "p", "m", g, float(d), None, t0 + i) for g in GATES for i, d in enumerate(hist[g])]
+    rows += [(host, "standard", "p", "m", g, float(d), None, t0 + 1000 + i) for g in GATES
+             for i, d in enumerate(recent[g])]
+    with closing(sqlite3.connect(store.path)) as db, db:  # one transaction (store.add_pair_delta_at commits each)
+        db.executemany("INSERT INTO pair_delta VALUES (?,?,?,?,?,?,?,?)", rows)
+
+
+DESIGNS = {  # name -> (settings overrides, use the worker's store)
+    "floors only": ({}, False),
+    "drift test (before)": ({"noise_scale_check": False}, True),
+    "drift test + noise-ratio widening (after)": ({"noise_scale_check": True}, True),
+}
+
+
 def simulate(args) -> dict:
-    s = EvalSettings()
+    import tempfile
+
+    from worker.calibration.aa_store import AAStore
+
+    base = EvalSettings(**({"noise_scale_confidence": args.scale_confidence} if args.scale_confidence else {}))
     rng = np.random.default_rng(args.seed)
-    out = {"kind": "placebo_power_simulation", "gates": GATES, "false_significance_rate": s.false_significance_rate,
-           "reps": args.reps, "max_pairs": args.max_pairs, "history": args.history, "trials": args.trials,
-           "histories": args.histories, "settings": []}
-    need = history_needed(s.false_significance_rate / len(GATES) / 2, args.max_pairs)
+    out = {"kind": "placebo_power_simulation",
+           "config": {"gates": GATES, "false_significance_rate": base.false_significance_rate, "reps": args.reps,
+                      "max_pairs": args.max_pairs, "calibration_pairs_per_gate": args.history,
+                      "factors": args.factors, "noise": [list(x) for x in args.noise], "seed": args.seed,
+                      "drift_window": base.drift_window, "drift_alpha": base.drift_alpha,
+                      "noise_scale_confidence": base.noise_scale_confidence, "designs": list(DESIGNS)},
+           "n": {"histories_per_factor": args.histories, "pair_delta_draws": args.sample,
+                 "judged_evaluations_per_factor_and_design": args.histories * (args.trials // args.histories)},
+           "method": "per calibration draw, the exact chance that an A/A evaluation has any significant gate given the "
+                     "worker's nulls (pair-delta distribution sampled `pair_delta_draws` times), averaged over the "
+                     "draws; cross-checked by evaluations judged end to end through judge()/decide()",
+           "results": []}
+    need = history_needed(base.false_significance_rate / len(GATES) / 2, args.max_pairs)
+    tmp = tempfile.TemporaryDirectory()
+    store = AAStore(Path(tmp.name) / "aa.sqlite")
+    now = 1e9
     for offset, rep in args.noise:
         row = {"offset_sd": offset, "rep_sd": rep, "history_needed": need, "false": {}, "detect": {}, "mdc": {}}
         t0 = time.monotonic()
-        for k in (1.0, 1.5, 2.0):
-            hits = hits_dt = said_uncal = flagged = harm = 0
-            evals = 0
-            bound = None
+        samples = {k: pair_delta_sample(offset * k, rep * k, args.reps, args.sample, rng) for k in args.factors}
+        grid = np.arange(0.0005, 0.2001, 0.0005)
+        for k in args.factors:
+            host = Host(offset * k, rep * k, args.reps, rng)
+            res = {name: {"rates": [], "uncal": 0, "widening": [], "hits": 0, "harm": 0, "judged": 0, "bounds": []}
+                   for name in DESIGNS}
+            power = {name: np.zeros(len(grid)) for name in DESIGNS}
             for h in range(args.histories):
-                cal = Host(offset, rep, args.reps, rng)
-                hist = calibration(cal, args.history)
-                nulls = nulls_from(hist, s, args.max_pairs)
-                bound = sum(n.bound for n in nulls.values())
-                host = Host(offset * k, rep * k, args.reps, rng)
-                # the drift test on the worker's newest A/A pairs (sentinels) from this host, per gate, as
-                # worker/calibration/history.py runs it: a flagged gate is uncalibrated until rebuilt
-                recent = calibration(host, s.drift_window)
-                rate = s.false_significance_rate / len(GATES)
-                from scipy import stats as _st
-
-                pooled = float(_st.combine_pvalues([_st.mannwhitneyu(np.abs(recent[g]), np.abs(hist[g]),
-                                                                     alternative="greater").pvalue for g in GATES],
-                                                   method="fisher").pvalue)
-                tested = {g: (gate_null(recent[g], per_gate_rate=rate, minimum=s.noise_floor_min,
-                                        max_pairs=args.max_pairs, uncalibrated_floor=s.noise_floor_uncalibrated,
-                                        state="drift", reason="drift")
-                              if min(drift_p(recent[g], hist[g]), pooled) < s.drift_alpha else nulls[g])
-                          for g in GATES}
-                flagged += sum(not tested[g].calibrated for g in GATES)
-                for _ in range(args.trials // args.histories):
-                    _d, _g = judge(host, nulls, s, {})
-                    hits += any(g.significant for g in _g)
-                    d2, g2 = judge(host, tested, s, {})
-                    hits_dt += any(g.significant for g in g2)
-                    harm += d2.verdict not in (Verdict.NONE, Verdict.UNCALIBRATED)
-                    said_uncal += d2.verdict is Verdict.UNCALIBRATED
-                    evals += 1
-            row["false"][f"{k}x"] = {"false_significance_per_evaluation": hits / evals, "evaluations": evals,
-                                     "significant_evaluations": hits, "bound_claimed": bound,
-                                     "gates_flagged_by_drift_test": flagged / (args.histories * len(GATES)),
-                                     "with_drift_test": hits_dt / evals, "said_uncalibrated": said_uncal / evals,
-                                     # a false REJECT / mixed / tier with the drift test in place
-                                     "false_verdict_with_drift_test": harm / evals}
-        # detection at 1x, calibrated, and uncalibrated (no history)
-        for label, n_hist in (("calibrated", args.history), ("uncalibrated", 0)):
-            cal = Host(offset, rep, args.reps, rng)
-            nulls = nulls_from(calibration(cal, n_hist), s, args.max_pairs)
-            host = Host(offset, rep, args.reps, rng)
-
-            def rate(change, trials=args.power_trials):
-                det = 0
-                for _ in range(trials):
-                    d, gates = judge(host, nulls, s, {"decode@512": change})
-                    det += any(g.regression and g.gate == "decode@512" for g in gates)
-                return det / trials
-
-            row["detect"][label] = {f"{int(p * 100)}%": rate(-p) for p in (0.01, 0.02, 0.05)}
-            grid = [0.0025 * i for i in range(1, 81)]
-            lo, hi = 0, len(grid) - 1
-            while lo < hi:  # smallest planted slowdown detected >= 90 % (detection grows with size)
-                mid = (lo + hi) // 2
-                if rate(-grid[mid], args.power_trials // 2) >= 0.9:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            while lo < len(grid) - 1 and rate(-grid[lo]) < 0.9:  # confirm with the full trial count
-                lo += 1
-            row["mdc"][label] = grid[lo] if rate(-grid[lo]) >= 0.9 else None  # None: above the grid (20 %)
+                hist = calibration(Host(offset, rep, args.reps, rng), args.history)
+                recent = calibration(host, base.drift_window)
+                for name, (over, via_store) in DESIGNS.items():
+                    s = base.model_copy(update=over)
+                    if via_store:
+                        key = f"{offset}-{rep}-{k}-{h}-{name}"
+                        fill(store, key, hist, recent, now)
+                        nulls = worker_nulls(store, key, s, args.max_pairs, now + 5000)
+                    else:
+                        nulls = nulls_from({g: hist[g] + recent[g] for g in GATES}, s, args.max_pairs)
+                    r = res[name]
+                    r["rates"].append(1 - math.prod(1 - exceed(nulls[g], samples[k]) for g in GATES))
+                    r["uncal"] += any(not n.calibrated for n in nulls.values())
+                    if all(n.bound is not None for n in nulls.values()):  # what the comment states
+                        r["bounds"].append(sum(n.bound for n in nulls.values()))
+                    r["widening"].append(nulls["decode@512"].widening)
+                    if k == 1.0:
+                        power[name] += [exceed(nulls["decode@512"], samples[k], math.log1p(-p)) for p in grid]
+                    for _ in range(args.trials // args.histories):
+                        d, gs = judge(host, nulls, s, {})
+                        r["hits"] += any(g.significant for g in gs)
+                        r["harm"] += d.verdict not in (Verdict.NONE, Verdict.UNCALIBRATED)
+                        r["judged"] += 1
+            row["false"][f"{k}x"] = {
+                name: {"false_significance_per_evaluation": float(np.mean(r["rates"])),
+                       "standard_error": float(np.std(r["rates"], ddof=1) / math.sqrt(len(r["rates"]))),
+                       "histories": len(r["rates"]),
+                       "said_uncalibrated_or_drift": r["uncal"] / args.histories,
+                       "mean_widening": float(np.mean(r["widening"])),
+                       "bound_stated_mean": float(np.mean(r["bounds"])) if r["bounds"] else None,
+                       "judged_evaluations": r["judged"], "judged_significant": r["hits"],
+                       "judged_false_verdicts": r["harm"]} for name, r in res.items()}
+            if k == 1.0:
+                for name in DESIGNS:
+                    det = power[name] / args.histories
+                    row["detect"][name] = {f"{p:.0%}": float(det[np.argmin(abs(grid - p))]) for p in (0.01, 0.02, 0.05)}
+                    ok = np.nonzero(det >= 0.9)[0]
+                    row["mdc"][name] = float(grid[ok[0]]) if len(ok) else None  # None: above 20 %
+        unc = nulls_from({g: [] for g in GATES}, base, args.max_pairs)["decode@512"]
+        det = np.array([exceed(unc, samples[1.0], math.log1p(-p)) for p in grid])
+        ok = np.nonzero(det >= 0.9)[0]
+        row["detect"]["uncalibrated"] = {f"{p:.0%}": float(det[np.argmin(abs(grid - p))]) for p in (0.01, 0.02, 0.05)}
+        row["mdc"]["uncalibrated"] = float(grid[ok[0]]) if len(ok) else None
         row["seconds"] = round(time.monotonic() - t0, 1)
-        out["settings"].append(row)
-        print_row(row)
+        out["results"].append(row)
+        print_row(row, base.false_significance_rate)
+    tmp.cleanup()
     return out
 
 
-def print_row(row):
+def print_row(row, rate):
     print(f"\nnoise: process offset sd {row['offset_sd']:.2%}, rep sd {row['rep_sd']:.2%} "
-          f"(history needed {row['history_needed']} A/A pairs)")
-    for k, f in row["false"].items():
-        print(f"  host {k:>4}: false significance/eval {f['false_significance_per_evaluation']:.2e} "
-              f"({f['significant_evaluations']}/{f['evaluations']}), bound {f['bound_claimed']:.1e}; with the drift "
-              f"test {f['with_drift_test']:.2e} (gates flagged {f['gates_flagged_by_drift_test']:.0%}, "
-              f"evaluations said uncalibrated {f['said_uncalibrated']:.0%}; false REJECT/mixed/tier "
-              f"{f['false_verdict_with_drift_test']:.2e})")
+          f"(history needed {row['history_needed']} A/A pairs; stated rate {rate:.0e} per evaluation)")
+    for k, by in row["false"].items():
+        for name, f in by.items():
+            print(f"  host {k:>4} {name:>42}: false significance/eval {f['false_significance_per_evaluation']:.2e} "
+                  f"(se {f['standard_error']:.1e}); uncalibrated/drift {f['said_uncalibrated_or_drift']:.0%}; "
+                  f"widening x{f['mean_widening']:.2f}; judged {f['judged_significant']}/{f['judged_evaluations']}")
     for label, d in row["detect"].items():
         mdc = row["mdc"][label]
-        print(f"  {label:>12}: detect 1% {d['1%']:.0%}  2% {d['2%']:.0%}  5% {d['5%']:.0%}   "
+        print(f"  {label:>42}: detect 1% {d['1%']:.0%}  2% {d['2%']:.0%}  5% {d['5%']:.0%}   "
               f"MDC(90%) {'n/a' if mdc is None else f'{mdc:.2%}'}")
 
 
@@ -229,11 +276,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd")
     a = sub.add_parser("simulate")
-    a.add_argument("--trials", type=int, default=4000, help="A/A evaluations per host-noise factor")
-    a.add_argument("--histories", type=int, default=40, help="independent calibration draws")
+    a.add_argument("--trials", type=int, default=400, help="A/A evaluations judged end to end per factor and design")
+    a.add_argument("--histories", type=int, default=400, help="independent calibration draws per factor")
+    a.add_argument("--sample", type=int, default=200_000, help="draws of the pair-delta distribution")
+    a.add_argument("--factors", type=float, nargs="+", default=[1.0, 1.5, 2.0], help="host noise / calibration noise")
     a.add_argument("--history", type=int, default=40, help="A/A pairs per gate at calibration")
-    a.add_argument("--power-trials", type=int, default=200)
     a.add_argument("--reps", type=int, default=5)
+    a.add_argument("--scale-confidence", type=float, default=None, help="override noise_scale_confidence")
     a.add_argument("--max-pairs", type=int, default=4)
     a.add_argument("--seed", type=int, default=13)
     a.add_argument("--noise", type=lambda x: tuple(float(v) for v in x.split(",")), nargs="+",

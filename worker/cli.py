@@ -238,9 +238,10 @@ def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models:
     host = ev.host
     floors = {}
     for spec in ev.profile.models:
+        nulls = ev._nulls(spec.name, spec.gate_names())
         for gate in spec.gate_names():
             deltas = store.pair_deltas(host, settings.profile, ev.protocol_key(spec.name), spec.name, gate)
-            null = ev._null(spec.name, gate)
+            null = nulls[gate]
             floors[f"{spec.name} {gate}"] = {
                 "n": len(deltas), "floor": null.floor if null.calibrated else None, "pairs": null.pairs,
                 "bound": null.bound, "max_abs_delta": math.expm1(max(abs(d) for d in deltas)) if deltas else None}

@@ -261,6 +261,10 @@ class EvalSettings(BaseModel):
     aa_max_age_days: float = Field(30.0, gt=0)  # A/A pair deltas older than this are not used
     drift_window: int = Field(8, ge=3)  # newest A/A pairs tested against the older history
     drift_alpha: float = Field(0.01, gt=0, lt=1)  # level of that test (a false alarm only costs recalibration)
+    # Floors are widened by the host's noise ratio now/history (worker/calibration/scale.py): its upper
+    # confidence bound at this level, over the newest `drift_window` A/A pairs of all the model's gates.
+    noise_scale_check: bool = True
+    noise_scale_confidence: float = Field(0.8, ge=0.5, lt=1)
     # One fresh base-vs-base process pair per evaluation, recorded as A/A history (keeps the null true).
     sentinel_aa_pair: Literal["gpu", "always", "never"] = "gpu"
     auto_calibrate: bool = True  # a GPU worker records A/A pairs of main until every gate is calibrated

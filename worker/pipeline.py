@@ -377,7 +377,7 @@ class Evaluation:
         then sweeps on fresh pairs from `more_pairs` while some gate stays beyond its floor in every
         pair so far and needs more agreeing pairs (worker/gates/noise.py); output check; statistics."""
         p = self.profile
-        nulls = {g.name: self._null(spec.name, g.name) for g in gates}
+        nulls = self._nulls(spec.name, [g.name for g in gates])
         self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
         sweeps = [self._sweep(procs, gates, vocab, model_sha, f"{sweep_id}", spec)]
         self._foreign_gpu_check(procs, "after measuring")
@@ -517,11 +517,15 @@ class Evaluation:
     def protocol_key(self, model: str) -> str:
         return self.profile.protocol_key(next(m for m in self.profile.models if m.name == model))
 
+    def _nulls(self, model: str, gates: list[str]) -> dict[str, GateNull]:
+        """The gates' nulls from their unexpired, drift-tested A/A history, widened by the host's noise
+        ratio (worker/calibration/history.py)."""
+        return history.current_nulls(self.store, self.host, self.job.profile, self.protocol_key(model), model,
+                                     {g: self.profile.max_pairs_for(g) for g in gates}, self.settings,
+                                     per_gate_rate=self.settings.false_significance_rate / self.gate_count())
+
     def _null(self, model: str, gate: str) -> GateNull:
-        """The gate's null from its unexpired, drift-tested A/A history (worker/calibration/history.py)."""
-        return history.current_null(self.store, self.host, self.job.profile, self.protocol_key(model), model, gate,
-                                    self.settings, per_gate_rate=self.settings.false_significance_rate
-                                    / self.gate_count(), max_pairs=self.profile.max_pairs_for(gate))
+        return self._nulls(model, [gate])[gate]
 
     def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict,
                       nulls: dict[str, GateNull], out: ModelOutcome) -> list[GateResult]:
@@ -538,7 +542,8 @@ class Evaluation:
             c, deltas, how = compare_pairs(pairs, confidence=s.confidence, aa_sd=null.aa_sd, aa_n=null.aa_deltas)
             out.pair_deltas[g.name] = deltas
             floor = null.floor
-            floors[g.name] = {**asdict(null), "floor": floor, "floor_slower": -math.expm1(null.lo),
+            floors[g.name] = {**asdict(null), "floor": floor, "floor_slower": null.floor_slower,
+                              "floor_faster": null.floor_faster,
                               "pair_deltas": deltas, "interval": how,
                               "false_significance_rate": s.false_significance_rate, "gates": self.gate_count(),
                               "mann_whitney_p": mann_whitney_p(b, h)}
@@ -552,7 +557,8 @@ class Evaluation:
                 model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
                 noise_floor=floor, significant=side != 0, regression=side < 0,
-                scored=spec.is_scored(g.name), n_pairs=c.n_pairs, reason=None if null.calibrated else null.reason))
+                scored=spec.is_scored(g.name), n_pairs=c.n_pairs, reason=None if null.calibrated else null.reason,
+                floor_slower=null.floor_slower, floor_faster=null.floor_faster))
         out.receipt["noise_floors"] = floors
         out.receipt["output_checks"] = checks_r
         return results

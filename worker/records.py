@@ -62,6 +62,10 @@ class GateResult:
     scored: bool = False  # counts towards the improvement tier
     n_pairs: int = 0
     reason: str | None = None  # why a value is null
+    # The two one-sided floors (worker/gates/noise.py), as relative changes > 0: a pair counts as slower
+    # below -floor_slower, as faster above +floor_faster. noise_floor is the larger of the two.
+    floor_slower: float | None = None
+    floor_faster: float | None = None
 
 
 @dataclass

@@ -26,6 +26,13 @@ def _sci(x):
     return "n/a" if x is None else f"{x:.2g}"
 
 
+def _floors(g: GateResult) -> str:
+    """Both one-sided floors; the larger as ± for results stored before there were two."""
+    if g.floor_slower is None or g.floor_faster is None:
+        return "±" + _pct(g.noise_floor, False)
+    return f"−{_pct(g.floor_slower, False)} / +{_pct(g.floor_faster, False)}"
+
+
 def gate_word(g: GateResult) -> str:
     if g.regression:
         return "**REGRESSION**"
@@ -63,12 +70,12 @@ def verdict_table(result: EvalResult):
     parts = [Text(f"verdict: {result.verdict.value}", style=style), Text(result.summary)]
     if result.gates:
         t = Table(title="speed gates (tok/s)")
-        for c in ("model", "gate", "base", "head", "change", "95% interval (pairs)", "floor", ""):
-            t.add_column(c, justify="right" if c in ("base", "head", "change", "floor") else "left")
+        for c in ("model", "gate", "base", "head", "change", "95% interval (pairs)", "floors (slower / faster)", ""):
+            t.add_column(c, justify="right" if c in ("base", "head", "change", "floors (slower / faster)") else "left")
         for g in result.gates:
             word = gate_word(g)
             t.add_row(g.model, g.gate + (" ★" if g.scored else ""), _num(g.base_median), _num(g.head_median),
-                      _pct(g.rel_change), f"{_pct(g.ci_low)} … {_pct(g.ci_high)}", _pct(g.noise_floor, False),
+                      _pct(g.rel_change), f"{_pct(g.ci_low)} … {_pct(g.ci_high)}", _floors(g),
                       Text(word.strip("*"), style="red" if g.regression else ("green" if word == "faster" else "")))
         parts.append(t)
     if result.guards:

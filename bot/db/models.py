@@ -139,6 +139,8 @@ class GateResultRow(Base):
     ci_low: Mapped[float | None] = mapped_column(Float)
     ci_high: Mapped[float | None] = mapped_column(Float)
     noise_floor: Mapped[float | None] = mapped_column(Float)
+    floor_slower: Mapped[float | None] = mapped_column(Float)  # the one-sided floors (worker/records.py)
+    floor_faster: Mapped[float | None] = mapped_column(Float)
     significant: Mapped[bool] = mapped_column(Boolean)
     regression: Mapped[bool] = mapped_column(Boolean)
     scored: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -26,7 +26,7 @@ router = APIRouter()
 
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(words.TEMPLATES_DIR / "web"), undefined=StrictUndefined,
+    env = Environment(loader=FileSystemLoader([words.TEMPLATES_DIR / "web", words.TEMPLATES_DIR]), undefined=StrictUndefined,
                       autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(pct=words.pct, percent=words.percent, num=words.num, short=words.short,
                        duration=words.duration, mib=lambda b: "n/a" if b is None else f"{b / 2**20:,.1f} MiB")

@@ -27,12 +27,12 @@ BLOCK_TIMEOUT_S = 20.0
 
 
 def gate(model: str, name: str, base: float, rel: float, *, significant=True, regression=False, scored=False,
-         noise=0.015, n_pairs=10) -> GateResult:
+         noise=0.015, n_pairs=10, slower=0.012) -> GateResult:
     head = base * (1 + rel)
     return GateResult(model=model, gate=name, metric="decode_tok_s" if name.startswith("decode") else "prefill_tok_s",
                       base_median=base, head_median=head, rel_change=rel, ci_low=rel - 0.012, ci_high=rel + 0.011,
-                      noise_floor=noise, significant=significant, regression=regression, scored=scored,
-                      n_pairs=n_pairs)
+                      noise_floor=max(noise, slower), significant=significant, regression=regression, scored=scored,
+                      n_pairs=n_pairs, floor_slower=slower, floor_faster=noise)
 
 
 def guard(model: str, passed=True, head_top1=0.962, base_top1=0.960, head_kl=0.012, base_kl=0.011) -> GuardResult:

@@ -25,6 +25,23 @@ def test_infra_never_reads_as_a_verdict_on_the_pr():
     assert "Retrying automatically (attempt 2 of 3)" in retrying
 
 
+def test_comment_prints_both_one_sided_floors():
+    """Each gate shows its slower-side and faster-side floor (a pair counts beyond either), not only the larger."""
+    text = render_examples.examples()["comment-xl.md"]
+    assert "noise floors (slower / faster)" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| qwen35-tiny | decode@") and "not measured" not in ln]
+    assert rows and all("−1.2% / +1.5%" in ln for ln in rows), rows
+
+
+def test_older_results_without_both_floors_show_the_larger_one():
+    run = render_examples.view(3, "xl", "b699eb5c3d")
+    for g in run.result.gates:
+        g.floor_slower = g.floor_faster = None
+    text = render.sticky_comment(current=run, earlier=[], head_sha="b699eb5c3d", awaiting_approval=False,
+                                 approval_label="eval-approved", models=["qwen35-tiny"])
+    assert "±1.5%" in text and "/ +" not in text
+
+
 def test_missing_numbers_are_said_not_invented():
     text = render_examples.examples()["comment-infra.md"]
     assert "?" not in text.replace("<!--", "")
@@ -65,3 +82,16 @@ def test_command_parsing():
 def test_pct_formats():
     assert render.pct(0.4521) == "+45.2%" and render.pct(-0.081) == "-8.1%"
     assert render.pct(None, "timeout") == "n/a (timeout)" and render.pct(float("nan")) == "n/a"
+
+
+def test_worker_report_prints_both_one_sided_floors():
+    """`tokengate eval`'s markdown (worker/report.py, templates/eval_report.md.j2) shows both floors too."""
+    from worker.report import comment_markdown
+    text = comment_markdown(result_for("xl", repo="r", pr=1, base_sha="b", head_sha="h"))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| qwen35-tiny | decode@")]
+    assert rows and all("−1.2% / +1.5%" in ln for ln in rows), rows
+    from rich.console import Console
+    from worker.report import verdict_table
+    console = Console(width=200, record=True)
+    console.print(verdict_table(result_for("xl", repo="r", pr=1, base_sha="b", head_sha="h")))
+    assert "−1.2% / +1.5%" in console.export_text()  # the terminal table too

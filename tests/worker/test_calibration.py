@@ -37,6 +37,9 @@ def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, ca
     nf = r.receipt["models"]["fake"]["noise_floors"]
     assert nf["decode@32"]["calibrated"] and nf["decode@32"]["floor"] == floors["fake decode@32"]["floor"]
     assert nf["decode@32"]["pairs"] == floors["fake decode@32"]["pairs"] and len(nf["decode@32"]["pair_deltas"]) >= 1
+    (g,) = [g for g in r.gates if g.gate == "decode@32"]  # both one-sided floors reach the comment
+    assert (g.floor_slower, g.floor_faster) == (nf["decode@32"]["floor_slower"], nf["decode@32"]["floor_faster"])
+    assert 0 < g.floor_slower <= g.noise_floor and 0 < g.floor_faster <= g.noise_floor
     assert r.receipt["models"]["fake"]["guard_bounds"]["calibrated"]
     # The default rate (1e-3) is out of reach of 5 runs: said so, with the fixed floor and every pair.
     strict = evaluate(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),

@@ -89,6 +89,13 @@ class AAStore:
                               (host, profile, protocol, model, gate, since, limit)).fetchall()
         return [(float(d), float(c)) for d, c in rows]
 
+    def gates(self, host: str, profile: str, protocol: str, model: str) -> list[str]:
+        """Gates with A/A pair deltas of this model."""
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT DISTINCT gate FROM pair_delta WHERE host=? AND profile=? AND protocol=? "
+                              "AND model=? ORDER BY gate", (host, profile, protocol, model)).fetchall()
+        return [r[0] for r in rows]
+
     def epoch_start(self, host: str, profile: str, protocol: str, model: str, gate: str) -> float:
         with closing(self._connect()) as db:
             row = db.execute("SELECT MAX(since) FROM pair_epoch WHERE host=? AND profile=? AND protocol=? AND model=? "

@@ -6,6 +6,11 @@ keeps adding them: one base-vs-base pair per evaluation, worker/calibration/sent
 tested against the older ones for a change of spread or location (Mann-Whitney on |delta| and on
 delta, Bonferroni over the two), and the spread tests of all the model's gates together (Fisher). On drift the older rows are retired (an epoch row, kept for the
 record), the gate is uncalibrated until the history is rebuilt, and the verdict says why.
+
+A test at level 0.01 misses a 1.5x noisier host about one time in three, and a missed one breaks the
+bound several-fold. So a calibrated null is also widened by the host's measured noise ratio
+(worker/calibration/scale.py: the newest A/A pairs of all the model's gates against the older ones,
+an upper confidence bound), which restores the exact bound whenever the bound covers the true ratio.
 """
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ from scipy import stats
 
 from worker.calibration.aa_store import AAStore
 from worker.config import EvalSettings
-from worker.gates.noise import GateNull, gate_null
+from worker.calibration.scale import NoiseRatio, noise_ratio
+from worker.gates.noise import GateNull, gate_null, widen
 
 
 def drift_p(recent: list[float], older: list[float]) -> float:
@@ -25,44 +31,67 @@ def drift_p(recent: list[float], older: list[float]) -> float:
     return float(min(1.0, 2 * min(spread, where)))
 
 
-def pooled_drift_p(store: AAStore, key: str, profile: str, protocol: str, model: str, w: int, since: float) -> float | None:
+def model_deltas(store: AAStore, key: str, profile: str, protocol: str, model: str, since: float
+                 ) -> dict[str, list[float]]:
+    """Every gate's usable A/A deltas of this model, newest first."""
+    return {g: [x for x, _ in store.pair_rows(key, profile, protocol, model, g, since=since)]
+            for g in store.gates(key, profile, protocol, model)}
+
+
+def host_noise_ratio(by_gate: dict[str, list[float]], w: int, confidence: float) -> NoiseRatio | None:
+    """The newest `w` A/A pairs of every gate against that gate's older ones (worker/calibration/scale.py)."""
+    usable = {g: d for g, d in by_gate.items() if len(d) >= w + 2}
+    return noise_ratio({g: d[:w] for g, d in usable.items()}, {g: d[w:] for g, d in usable.items()}, confidence)
+
+
+def pooled_drift_p(by_gate: dict[str, list[float]], w: int) -> float | None:
     """Host-level drift: the spread tests of every gate of this model combined (Fisher). A noisier host
     is noisier on all gates at once; 8 pairs per gate are too few to see 1.5x alone, 6 gates x 8 are not."""
-    import sqlite3
-    from contextlib import closing
-
-    with closing(sqlite3.connect(store.path)) as db:
-        gates = [r[0] for r in db.execute("SELECT DISTINCT gate FROM pair_delta WHERE host=? AND profile=? AND "
-                                          "protocol=? AND model=?", (key, profile, protocol, model))]
-    ps = []
-    for g in gates:
-        d = [x for x, _ in store.pair_rows(key, profile, protocol, model, g, since=since)]
-        if len(d) >= 3 * w:
-            ps.append(stats.mannwhitneyu([abs(x) for x in d[:w]], [abs(x) for x in d[w:]],
-                                         alternative="greater").pvalue)
+    ps = [stats.mannwhitneyu([abs(x) for x in d[:w]], [abs(x) for x in d[w:]], alternative="greater").pvalue
+          for d in by_gate.values() if len(d) >= 3 * w]
     if len(ps) < 2:
         return None
     return float(stats.combine_pvalues(ps, method="fisher").pvalue)
 
 
+def current_nulls(store: AAStore, key: str, profile: str, protocol: str, model: str, max_pairs: dict[str, int],
+                  s: EvalSettings, *, per_gate_rate: float, now: float | None = None) -> dict[str, GateNull]:
+    """The nulls of a model's gates (`max_pairs`: gate -> most pairs). The host-level tests (pooled drift,
+    noise ratio) read one snapshot taken before any gate is retired: retiring the first flagged gate
+    must not weaken the test for the next one."""
+    now = time.time() if now is None else now
+    since = now - s.aa_max_age_days * 86400
+    w = s.drift_window
+    by_gate = model_deltas(store, key, profile, protocol, model, since)
+    pooled = pooled_drift_p(by_gate, w)
+    ratio = host_noise_ratio(by_gate, w, s.noise_scale_confidence) if s.noise_scale_check else None
+    out = {}
+    for gate, most in max_pairs.items():
+        rows = store.pair_rows(key, profile, protocol, model, gate, since=since)
+        deltas = [d for d, _ in rows]
+        kw = dict(per_gate_rate=per_gate_rate, minimum=s.noise_floor_min, max_pairs=most,
+                  uncalibrated_floor=s.noise_floor_uncalibrated, rank=s.noise_floor_rank)
+        if len(rows) >= 3 * w:
+            p = drift_p(deltas[:w], deltas[w:])
+            p = min(p, pooled) if pooled is not None else p
+            if p < s.drift_alpha:
+                why = (f"A/A noise changed: the newest {w} A/A pairs differ from the {len(rows) - w} before them "
+                       f"(p = {p:.1e} < {s.drift_alpha:g}); the floor is being rebuilt from new A/A pairs")
+                store.retire_before(key, profile, protocol, model, gate, since=rows[w - 1][1], reason=why)
+                out[gate] = gate_null(deltas[:w], **kw, state="drift", reason=why)
+                continue
+        null = gate_null(deltas, **kw)
+        if not null.calibrated and store.epoch_start(key, profile, protocol, model, gate) > 0:
+            null = gate_null(deltas, **kw, state="drift",
+                             reason=f"history rebuilt after A/A noise changed: {null.reason}")
+        if null.calibrated and ratio is not None:
+            null = widen(null, ratio)
+        out[gate] = null
+    return out
+
+
 def current_null(store: AAStore, key: str, profile: str, protocol: str, model: str, gate: str,
                  s: EvalSettings, *, per_gate_rate: float, max_pairs: int, now: float | None = None) -> GateNull:
-    now = time.time() if now is None else now
-    rows = store.pair_rows(key, profile, protocol, model, gate, since=now - s.aa_max_age_days * 86400)
-    deltas = [d for d, _ in rows]
-    w = s.drift_window
-    kw = dict(per_gate_rate=per_gate_rate, minimum=s.noise_floor_min, max_pairs=max_pairs,
-              uncalibrated_floor=s.noise_floor_uncalibrated, rank=s.noise_floor_rank)
-    if len(rows) >= 3 * w:
-        p = drift_p(deltas[:w], deltas[w:])
-        pooled = pooled_drift_p(store, key, profile, protocol, model, w, now - s.aa_max_age_days * 86400)
-        p = min(p, pooled) if pooled is not None else p
-        if p < s.drift_alpha:
-            why = (f"A/A noise changed: the newest {w} A/A pairs differ from the {len(rows) - w} before them "
-                   f"(p = {p:.1e} < {s.drift_alpha:g}); the floor is being rebuilt from new A/A pairs")
-            store.retire_before(key, profile, protocol, model, gate, since=rows[w - 1][1], reason=why)
-            return gate_null(deltas[:w], **kw, state="drift", reason=why)
-    null = gate_null(deltas, **kw)
-    if not null.calibrated and store.epoch_start(key, profile, protocol, model, gate) > 0:
-        null = gate_null(deltas, **kw, state="drift", reason=f"history rebuilt after A/A noise changed: {null.reason}")
-    return null
+    """One gate's null (`current_nulls` for a single gate)."""
+    return current_nulls(store, key, profile, protocol, model, {gate: max_pairs}, s, per_gate_rate=per_gate_rate,
+                         now=now)[gate]

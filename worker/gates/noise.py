@@ -100,6 +100,8 @@ class GateNull:
     aa_sd: float | None = None  # sd of the A/A pair deltas (the interval's spread over process pairs)
     state: str = "calibrated"  # calibrated | uncalibrated | drift
     reason: str | None = None
+    widening: float = 1.0  # floors multiplied by the host's noise ratio bound (worker/calibration/scale.py)
+    noise_ratio: float | None = None  # that ratio's estimate (new A/A spread / the history's)
 
     @property
     def log_floor(self) -> float:
@@ -107,8 +109,18 @@ class GateNull:
 
     @property
     def floor(self) -> float:
-        """The larger of the two floors as a relative speed change (shown in the comment)."""
+        """The larger of the two floors as a relative speed change."""
         return math.expm1(self.log_floor)
+
+    @property
+    def floor_slower(self) -> float:
+        """How much slower a pair must be to count as slower (> 0, a relative speed change)."""
+        return -math.expm1(self.lo)
+
+    @property
+    def floor_faster(self) -> float:
+        """How much faster a pair must be to count as faster (> 0)."""
+        return math.expm1(self.hi)
 
     def side(self, deltas: list[float]) -> int:
         """-1: every pair so far below `lo`; +1: every pair above `hi`; 0 otherwise."""
@@ -156,3 +168,15 @@ def gate_null(aa_deltas: list[float], *, per_gate_rate: float, minimum: float, m
     hi = max(s[-design.rank], m, 0.0)
     return GateNull(lo, hi, design.pairs, True, n, 2 * design.bound_per_side, design.rank,
                     float(np.std(d, ddof=1)) if n >= 2 else None)
+
+
+def widen(null: GateNull, ratio) -> GateNull:
+    """The null with both floors multiplied (in log space) by the host's noise-ratio bound `ratio.widening`.
+
+    If fresh pairs are k times as spread as the history and the factor is >= k, each floor lies
+    beyond the history's floor scaled by k, so the exact bound above still holds."""
+    from dataclasses import replace
+
+    c = ratio.widening
+    return replace(null, lo=null.lo * c, hi=null.hi * c, widening=c, noise_ratio=ratio.estimate,
+                   aa_sd=None if null.aa_sd is None else null.aa_sd * c)  # the interval's spread, likewise
