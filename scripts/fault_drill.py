@@ -303,15 +303,16 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
         jobs.append(("synchronize", n, t0 + timedelta(seconds=1 if n % 2 else 0)))
     random.Random(15).shuffle(jobs)
     bodies = [payload(n, a, t) for a, n, t in jobs]
-    # The burst's clients run in a process of their own: this one also serves the test GitHub API, and
-    # sharing its GIL would add that server's work to every measured answer time.
+    # The burst's clients run in a process of their own (scripts/burst_client.py: prepared bytes over raw
+    # keep-alive sockets): this one also serves the test GitHub API, and sharing its GIL — or httpx's ~1 ms
+    # of Python per request on these 2 cores — would add client work to every measured answer time.
     reqs = []
     for b in bodies:
         raw = json.dumps(b)
         reqs.append({"body": raw, "delivery": str(uuid.uuid4()), "sig": sign(webhook_secret, raw.encode())})
     (work / "burst.json").write_text(json.dumps(reqs))
     t_burst = time.perf_counter()
-    client = subprocess.run([sys.executable, "-c", BURST_CLIENT, url, str(work / "burst.json"),
+    client = subprocess.run([sys.executable, str(ROOT / "scripts" / "burst_client.py"), url, str(work / "burst.json"),
                              str(args.concurrency)], capture_output=True, text=True, timeout=600)
     burst_wall = time.perf_counter() - t_burst
     assert client.returncode == 0, client.stderr[-3000:]
@@ -461,32 +462,6 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
         and out["gpu_worker_kill"]["recovered_s"] <= 30 and failed == 0)
     engine.dispose()
     return out
-
-
-BURST_CLIENT = """
-import json, sys, threading, time
-from concurrent.futures import ThreadPoolExecutor
-import httpx
-url, path, conc = sys.argv[1], sys.argv[2], int(sys.argv[3])
-reqs = json.load(open(path))
-local = threading.local()
-def one(r):
-    c = getattr(local, "c", None)
-    if c is None:
-        c = local.c = httpx.Client(base_url=url, timeout=15)
-        c.post("/webhook", content=b"{}", headers={"X-GitHub-Event": "ping"})  # connect (a 401), not counted
-    h = {"Content-Type": "application/json", "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": r["delivery"],
-         "X-Hub-Signature-256": r["sig"]}
-    body = r["body"].encode()
-    t = time.perf_counter()
-    try:
-        code = c.post("/webhook", content=body, headers=h).status_code
-    except httpx.HTTPError:
-        code = 0
-    return [time.perf_counter() - t, code, r["delivery"]]
-with ThreadPoolExecutor(conc) as pool:
-    print(json.dumps(list(pool.map(one, reqs))))
-"""
 
 
 def _ok(httpx, url: str) -> bool:
