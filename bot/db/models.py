@@ -119,6 +119,9 @@ class Evaluation(Base):
     finished_at: Mapped[datetime | None]
     duration_s: Mapped[float | None] = mapped_column(Float)
     worker_host: Mapped[str | None] = mapped_column(String(255))
+    # The GPU worker this attempt is bound to: the first whose signed claim (or result) arrived; a result
+    # signed by any other worker's key is refused. Cleared when a new attempt is dispatched.
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
     verdict: Mapped[str | None] = mapped_column(String(32))
     summary: Mapped[str | None] = mapped_column(Text)
     best_speedup: Mapped[float | None] = mapped_column(Float)

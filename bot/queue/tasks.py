@@ -142,9 +142,12 @@ def drain_outbox() -> int:
 
 
 @app.task(name=STARTED_TASK, **RETRY)
-def evaluation_started(eval_id: int, hostname: str | None = None, task_id: str | None = None) -> str:
-    with session_scope() as session:
-        return Service().evaluation_started(session, eval_id, hostname, task_id)
+def evaluation_started(eval_id: int, hostname: str | None = None, task_id: str | None = None,
+                       claim: dict | None = None) -> str:
+    with bound_contextvars(eval_id=eval_id), session_scope() as session:
+        outcome = Service().evaluation_started(session, eval_id, hostname, task_id, claim)
+    log.info("start claim for evaluation %s: %s", eval_id, outcome)
+    return outcome
 
 
 @app.task(name=RESULT_TASK, **RETRY)

@@ -72,8 +72,10 @@ def act(service, finding) -> str:
 
 
 def start(service, ev: Evaluation, host: str = "gpu0@box") -> None:
+    from worker.queue.auth import sign_claim  # the test worker's own key (conftest's environment)
     with session_scope() as s:
-        assert "running" in service.evaluation_started(s, ev.id, host, ev.celery_task_id)
+        assert "running" in service.evaluation_started(s, ev.id, host, ev.celery_task_id,
+                                                       sign_claim(ev.id, ev.celery_task_id))
 
 
 def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_celery, github, remote):
