@@ -2,10 +2,10 @@
 
     python scripts/fault_drill.py [--prs 250] [--concurrency 32] [--out bench/receipts/fault-drill-<UTC>.json]
 
-Stands the real stack up natively from docker-compose.yml (tests/bot/native_stack.py): a throwaway
+Stands the real stack up natively from docker-compose.yml (bot/testing/native_stack.py): a throwaway
 PostgreSQL cluster and a throwaway redis-server (compose's ACL users) on free loopback ports, `db upgrade`,
 `serve`, the publish worker with beat and one GPU worker (the fake evaluation, `--include
-tests.bot.fake_gpu_tasks`), the test GitHub server and a real git remote. Production defaults except
+bot.testing.fake_gpu_tasks`), the test GitHub server and a real git remote. Production defaults except
 the GitHub throttle (0: the test server). Then:
   burst   : 2 × PRs signed deliveries (opened + synchronize per PR, shuffled, `concurrency` clients);
             answer p50/p99, dropped (not processed), duplicated (two evaluations or comments of one head),
@@ -170,8 +170,8 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
 
     from bot.github.signature import sign
     from bot.queue import acl
-    from tests.bot.github_server import FakeGitHub, PullState
-    from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
+    from bot.testing.github_server import FakeGitHub, PullState
+    from bot.testing.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -239,7 +239,7 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
     port = free_port()
     stack.start("web", replace={"--host": "127.0.0.1", "--port": str(port)}, extra=("--log-level", "warning"))
     publish = stack.start("publish-worker", extra=("--beat-schedule", str(work / "beat")))
-    gpu_extra = ("--include", "tests.bot.fake_gpu_tasks")
+    gpu_extra = ("--include", "bot.testing.fake_gpu_tasks")
     gpu = stack.start("gpu-worker-0", extra=gpu_extra)
     for p in (publish, gpu):
         stack.wait_for_log(p, " ready.", timeout=90)

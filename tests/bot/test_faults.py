@@ -263,7 +263,7 @@ def test_broker_messages_without_a_stored_delivery_or_a_worker_key_do_nothing(se
                                                                               remote, send):
     from bot.queue.app import celery_app
     from worker.queue.tasks import result_mac, sign_result
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     app = celery_app()
     remote.commit("changes", "block until released")
     # A handle_delivery for a delivery nobody signed: nothing stored under that id, nothing happens.

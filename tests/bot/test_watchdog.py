@@ -156,7 +156,7 @@ def test_overdue_run_and_queue_time_out_even_when_alive(service, quiet_celery, g
 def test_finished_task_whose_result_was_never_published_is_recovered(service, quiet_celery, github, remote,
                                                                      monkeypatch):
     from tests.bot.conftest import WORKER_ID, WORKER_KEY
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     monkeypatch.setenv("TOKENGATE_WORKER_ID", WORKER_ID)
     monkeypatch.setenv("TOKENGATE_WORKER_KEY", WORKER_KEY)
     app, client, prefix = quiet_celery

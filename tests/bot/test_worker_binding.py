@@ -11,7 +11,7 @@ from bot.db.models import Evaluation
 from bot.enums import EvalState
 from bot.queue.app import celery_app
 from tests.bot.conftest import WORKER_ID, pr_payload, wait_until
-from tests.bot.fake_evaluation import result_for
+from bot.testing.fake_evaluation import result_for
 from tests.bot.helpers import evaluations, processed
 from tests.bot.test_watchdog import open_pr, quiet_celery  # noqa: F401  (a fixture)
 from worker.queue.auth import RESULT_AUTH, claim_mac, result_mac

@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from bot.testing import REPO as ROOT
+
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 # What every process needs to run Python from this checkout, and nothing else from the test's environment.
