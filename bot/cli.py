@@ -29,7 +29,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers or settings.web_workers
     # Several processes need the app by name: each worker process imports it and sets up its own logs.
     os.environ[SERVE_LOG_LEVEL] = args.log_level
-    app = "bot.cli:web_app" if workers > 1 else frozen(create_app())
+    app = "bot.cli:web_app" if workers > 1 else ready(create_app())
     uvicorn.run(app, factory=workers > 1, host=args.host, port=args.port, workers=workers,
                 log_level=args.log_level, access_log=True, log_config=None)
     return 0
@@ -43,13 +43,17 @@ def web_app():
     from bot import logs
     from bot.web.webhook import create_app
     logs.configure(os.environ.get(SERVE_LOG_LEVEL, "info"))
-    return frozen(create_app())
+    return ready(create_app())
 
 
-def frozen(app):
-    """Everything imported so far (~200k objects: SQLAlchemy, Celery, SciPy via the dashboard) is moved out of
-    the collector's reach: a full collection over it stalls every request in flight for ~0.25 s."""
+def ready(app):
+    """Connections open before the first request (bot.web.webhook.warm_up); then everything imported so far
+    (~200k objects: SQLAlchemy, Celery, SciPy via the dashboard) is moved out of the collector's reach: a
+    full collection over it stalls every request in flight for ~0.25 s."""
     import gc
+
+    from bot.web.webhook import warm_up
+    warm_up()
     gc.collect()
     gc.freeze()
     return app

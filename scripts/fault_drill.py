@@ -6,7 +6,8 @@ Stands the real stack up natively from docker-compose.yml (bot/testing/native_st
 PostgreSQL cluster and a throwaway redis-server (compose's ACL users) on free loopback ports, `db upgrade`,
 `serve`, the publish worker with beat and one GPU worker (the fake evaluation, `--include
 bot.testing.fake_gpu_tasks`), the test GitHub server and a real git remote. Production defaults except
-the GitHub throttle (0: the test server). Then:
+the GitHub throttle (0: the test server); a process that crashes is started again, as compose's
+`restart: unless-stopped` would (listed in the receipt as service_restarts). Then:
   burst   : 2 × PRs signed deliveries (opened + synchronize per PR, shuffled, `concurrency` clients);
             answer p50/p99, dropped (not processed), duplicated (two evaluations or comments of one head),
             PRs left on their older head;
@@ -233,7 +234,8 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
 
     knobs = {"TOKENGATE_ENVIRONMENT": "test", "TOKENGATE_GITHUB_API_URL": github.base_url,
              "TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS": "0", "TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES": "0"}
-    stack = cleanup["stack"] = NativeStack(work / "stack", app_env=env, localize=localize, bot_extra_env=knobs)
+    stack = cleanup["stack"] = NativeStack(work / "stack", app_env=env, localize=localize,
+                                           bot_extra_env=knobs).supervise()  # compose's restart: policy
     mig = stack.run_once("migrate", timeout=120)
     assert mig.returncode == 0, mig.stderr
     port = free_port()
@@ -453,6 +455,8 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
     print("gpu kill:", json.dumps(out["gpu_worker_kill"]), flush=True)
     failed = q("SELECT count(*) FROM deliveries WHERE failed_at IS NOT NULL")[0][0]
     out["deliveries_given_up"] = failed
+    # Crashed processes compose's `restart: unless-stopped` would have brought back (the drill does the same).
+    out["service_restarts"] = [f"{name} (exit {code})" for name, code in stack.restarts]
     b = out["burst"]
     out["pass"] = bool(
         b["answer_ms"]["p99"] <= 50 and b["dropped"] == 0 and b["duplicated_evaluations"] == 0

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from bot import metrics
+from bot.db.engine import engine_for
 from bot.github.signature import verify
 from bot.queue import intake, kick
 from bot.settings import get_settings
@@ -105,6 +106,20 @@ class Intake:
         elif not await run_in_threadpool(kicker.kick_now):  # down (or not tried yet): find out, ≤ ~1 s
             return answer(event, "broker_unavailable", {"error": "queue unavailable, please redeliver"}, 503)
         return answer(event, "queued", {"status": "queued", "delivery": delivery_id}, 202)
+
+
+def warm_up() -> None:
+    """Open now what the first requests of a burst would otherwise all wait for at once: the outbox writer
+    and its database connection, the kicker and its broker connection (which also learns whether the broker
+    is up). Failures only log: the requests answer 503 for what is still down."""
+    settings = get_settings()
+    try:
+        with engine_for(settings.database_url).connect():
+            pass
+    except Exception as exc:  # noqa: BLE001
+        log.warning("web: database unreachable at startup (%s)", exc)
+    intake.writer_for(settings.database_url)
+    kick.kicker().kick_now()
 
 
 async def read_capped(headers: dict[str, str], receive, limit: int) -> bytes:
