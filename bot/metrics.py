@@ -23,6 +23,10 @@ GITHUB_RATE_REMAINING = Gauge("tokengate_github_rate_limit_remaining", "Requests
 RESULTS_REJECTED = Counter("tokengate_results_rejected_total", "Results refused (not dispatched, not waited for, or "
                            "not signed with the worker's key), by reason", ["reason"], registry=REGISTRY)
 
+CLAIMS_REJECTED = Counter("tokengate_claims_rejected_total", "Start claims refused (not signed with a known "
+                          "worker's key, or the attempt is bound to another worker), by reason", ["reason"],
+                          registry=REGISTRY)
+
 DURATION_BUCKETS = (60, 300, 600, 1200, 1800, 3600, 7200, 14400, float("inf"))
 
 

@@ -248,6 +248,7 @@ class Service:
             repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
             details_url=self._pr_url(pr), output=render.check_output(view))
         ev.celery_task_id = str(uuid.uuid4())
+        ev.claimed_by = None  # a new attempt: bound to whichever worker claims it
         ev.dispatched_at = utcnow()
         job = self.job(pr, ev)
         session.commit()  # the result may come back before this session would otherwise commit
@@ -299,11 +300,22 @@ class Service:
             return f"evaluation {eval_id}: head {ev.head_sha[:7]} is no longer current ({pr.head_sha[:7]}): ignored"
         return ev, pr
 
-    def evaluation_started(self, session: Session, eval_id: int, hostname: str | None, task_id: str | None) -> str:
+    def evaluation_started(self, session: Session, eval_id: int, hostname: str | None, task_id: str | None,
+                           claim: dict | None = None) -> str:
+        """A GPU worker's signed claim of this attempt: binds the attempt to it (the first valid claim wins)."""
+        from bot import metrics
         found = self._current(session, eval_id, task_id)
         if isinstance(found, str):
             return found
         ev, pr = found
+        worker = self.authenticate_claim(claim, eval_id, task_id)
+        if worker is None:
+            metrics.CLAIMS_REJECTED.labels("unauthenticated").inc()
+            log.warning("evaluation %s: start claim not signed with a known worker key: ignored", eval_id)
+            return f"evaluation {eval_id}: start claim not signed with a known worker's key: ignored"
+        refused = self.bind(ev, worker, metrics.CLAIMS_REJECTED)
+        if refused:
+            return refused
         if ev.state is not EvalState.QUEUED:
             return f"evaluation {eval_id} already {ev.state.value}"
         transition(ev, EvalState.RUNNING)
@@ -332,21 +344,46 @@ class Service:
         return self._apply(session, ev, pr, self._infra(ev, pr, InfraReason.TASK_FAILED, InfraKind.INTERNAL_ERROR,
                                                         detail))
 
-    def authenticate(self, result_dict, eval_id: int, task_id: str | None) -> str | None:
-        """The worker whose own key signed this result for this evaluation and attempt, else None."""
-        from worker.queue.tasks import RESULT_AUTH, result_mac
-        auth = result_dict.get(RESULT_AUTH) if isinstance(result_dict, dict) else None
+    def _signer(self, auth, expected) -> str | None:
+        """The worker named in `auth` when its mac is `expected(that worker's key)`, else None."""
         if not isinstance(auth, dict) or not isinstance(auth.get("mac"), str):
             return None
         key = self.settings.worker_keys.get(str(auth.get("worker")))
         if not key:
             return None
-        good = result_mac(key, result_dict, eval_id, task_id)
-        return str(auth["worker"]) if hmac.compare_digest(good, auth["mac"]) else None
+        good = expected(key)
+        return str(auth["worker"]) if hmac.compare_digest(good.encode(), auth["mac"].encode("utf-8", "replace")) \
+            else None
+
+    def authenticate(self, result_dict, eval_id: int, task_id: str | None) -> str | None:
+        """The worker whose own key signed this result for this evaluation and attempt, else None."""
+        from worker.queue.auth import RESULT_AUTH, result_mac
+        auth = result_dict.get(RESULT_AUTH) if isinstance(result_dict, dict) else None
+        return self._signer(auth, lambda key: result_mac(key, result_dict, eval_id, task_id))
+
+    def authenticate_claim(self, claim, eval_id: int, task_id: str | None) -> str | None:
+        """The worker whose own key signed this start claim for this evaluation and attempt, else None."""
+        from worker.queue.auth import claim_mac
+        return self._signer(claim, lambda key: claim_mac(key, eval_id, task_id))
+
+    @staticmethod
+    def bind(ev: Evaluation, worker: str, rejected) -> str | None:
+        """Bind the attempt to `worker` if it is free; a refusal (counted in `rejected`) if another holds it.
+        Stored in the caller's transaction, under the evaluation's row lock (`_current`)."""
+        if ev.claimed_by is None:
+            ev.claimed_by = worker
+            return None
+        if ev.claimed_by == worker:
+            return None
+        rejected.labels("other_worker").inc()
+        log.warning("evaluation %s: attempt %s is bound to worker %s; %s's message refused", ev.id,
+                    ev.celery_task_id, ev.claimed_by, worker)
+        return f"evaluation {ev.id}: attempt bound to worker {ev.claimed_by}, not {worker}: refused"
 
     def publish_result(self, session: Session, result_dict: dict, eval_id: int, task_id: str | None) -> str:
         """Accepted only for an evaluation we dispatched and still wait for (this attempt's task id), and
-        only when signed with a GPU worker's own key: the broker URL alone publishes nothing."""
+        only when signed with the own key of the GPU worker that claimed the attempt: the broker URL alone
+        publishes nothing, and one worker's key publishes nothing for another worker's attempt."""
         from bot import metrics
         found = self._current(session, eval_id, task_id)
         if isinstance(found, str):
@@ -358,6 +395,10 @@ class Service:
             metrics.RESULTS_REJECTED.labels("unauthenticated").inc()
             log.warning("evaluation %s: result not signed with a known worker key: refused", eval_id)
             return f"evaluation {eval_id}: result not signed with a known worker's key: refused"
+        # Only the worker this attempt is bound to (its claim; or this result, when it beat the claim here).
+        refused = self.bind(ev, worker, metrics.RESULTS_REJECTED)
+        if refused:
+            return refused
         ev.result_worker = worker
         result_dict = {k: v for k, v in result_dict.items() if k != "_auth"}
         try:

@@ -52,6 +52,8 @@ class Settings(BaseSettings):
 
     # Webhook intake and the delivery outbox (deliveries table, drained by the publish worker's beat).
     webhook_max_body_bytes: int = Field(25 * 1024 * 1024, ge=1)  # GitHub caps payloads at 25 MB
+    webhook_store_timeout_s: float = Field(5.0, gt=0)  # not committed by then → 503 (GitHub waits 10 s)
+    web_workers: int = Field(1, ge=1)  # `serve`'s uvicorn processes (each with its own outbox writer)
     broker_timeout_s: float = Field(1.0, gt=0)  # the web request never waits longer on Redis than this
     outbox_interval_s: float = Field(5.0, gt=0)  # beat: re-send deliveries not processed yet
     outbox_redrive_after_s: float = Field(30.0, gt=0)  # sent this long ago and not processed → sent again

@@ -2,11 +2,12 @@
 
     python scripts/fault_drill.py [--prs 250] [--concurrency 32] [--out bench/receipts/fault-drill-<UTC>.json]
 
-Stands the real stack up natively from docker-compose.yml (tests/bot/native_stack.py): a throwaway
+Stands the real stack up natively from docker-compose.yml (bot/testing/native_stack.py): a throwaway
 PostgreSQL cluster and a throwaway redis-server (compose's ACL users) on free loopback ports, `db upgrade`,
 `serve`, the publish worker with beat and one GPU worker (the fake evaluation, `--include
-tests.bot.fake_gpu_tasks`), the test GitHub server and a real git remote. Production defaults except
-the GitHub throttle (0: the test server). Then:
+bot.testing.fake_gpu_tasks`), the test GitHub server and a real git remote. Production defaults except
+the GitHub throttle (0: the test server); a process that crashes is started again, as compose's
+`restart: unless-stopped` would (listed in the receipt as service_restarts). Then:
   burst   : 2 × PRs signed deliveries (opened + synchronize per PR, shuffled, `concurrency` clients);
             answer p50/p99, dropped (not processed), duplicated (two evaluations or comments of one head),
             PRs left on their older head;
@@ -170,8 +171,8 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
 
     from bot.github.signature import sign
     from bot.queue import acl
-    from tests.bot.github_server import FakeGitHub, PullState
-    from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
+    from bot.testing.github_server import FakeGitHub, PullState
+    from bot.testing.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -233,13 +234,14 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
 
     knobs = {"TOKENGATE_ENVIRONMENT": "test", "TOKENGATE_GITHUB_API_URL": github.base_url,
              "TOKENGATE_GITHUB_SECONDS_BETWEEN_REQUESTS": "0", "TOKENGATE_GITHUB_SECONDS_BETWEEN_WRITES": "0"}
-    stack = cleanup["stack"] = NativeStack(work / "stack", app_env=env, localize=localize, bot_extra_env=knobs)
+    stack = cleanup["stack"] = NativeStack(work / "stack", app_env=env, localize=localize,
+                                           bot_extra_env=knobs).supervise()  # compose's restart: policy
     mig = stack.run_once("migrate", timeout=120)
     assert mig.returncode == 0, mig.stderr
     port = free_port()
     stack.start("web", replace={"--host": "127.0.0.1", "--port": str(port)}, extra=("--log-level", "warning"))
     publish = stack.start("publish-worker", extra=("--beat-schedule", str(work / "beat")))
-    gpu_extra = ("--include", "tests.bot.fake_gpu_tasks")
+    gpu_extra = ("--include", "bot.testing.fake_gpu_tasks")
     gpu = stack.start("gpu-worker-0", extra=gpu_extra)
     for p in (publish, gpu):
         stack.wait_for_log(p, " ready.", timeout=90)
@@ -303,15 +305,16 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
         jobs.append(("synchronize", n, t0 + timedelta(seconds=1 if n % 2 else 0)))
     random.Random(15).shuffle(jobs)
     bodies = [payload(n, a, t) for a, n, t in jobs]
-    # The burst's clients run in a process of their own: this one also serves the test GitHub API, and
-    # sharing its GIL would add that server's work to every measured answer time.
+    # The burst's clients run in a process of their own (scripts/burst_client.py: prepared bytes over raw
+    # keep-alive sockets): this one also serves the test GitHub API, and sharing its GIL — or httpx's ~1 ms
+    # of Python per request on these 2 cores — would add client work to every measured answer time.
     reqs = []
     for b in bodies:
         raw = json.dumps(b)
         reqs.append({"body": raw, "delivery": str(uuid.uuid4()), "sig": sign(webhook_secret, raw.encode())})
     (work / "burst.json").write_text(json.dumps(reqs))
     t_burst = time.perf_counter()
-    client = subprocess.run([sys.executable, "-c", BURST_CLIENT, url, str(work / "burst.json"),
+    client = subprocess.run([sys.executable, str(ROOT / "scripts" / "burst_client.py"), url, str(work / "burst.json"),
                              str(args.concurrency)], capture_output=True, text=True, timeout=600)
     burst_wall = time.perf_counter() - t_burst
     assert client.returncode == 0, client.stderr[-3000:]
@@ -452,6 +455,8 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
     print("gpu kill:", json.dumps(out["gpu_worker_kill"]), flush=True)
     failed = q("SELECT count(*) FROM deliveries WHERE failed_at IS NOT NULL")[0][0]
     out["deliveries_given_up"] = failed
+    # Crashed processes compose's `restart: unless-stopped` would have brought back (the drill does the same).
+    out["service_restarts"] = [f"{name} (exit {code})" for name, code in stack.restarts]
     b = out["burst"]
     out["pass"] = bool(
         b["answer_ms"]["p99"] <= 50 and b["dropped"] == 0 and b["duplicated_evaluations"] == 0
@@ -461,32 +466,6 @@ def run(args, work: Path, receipt: dict, t_start: float, cleanup: dict) -> dict:
         and out["gpu_worker_kill"]["recovered_s"] <= 30 and failed == 0)
     engine.dispose()
     return out
-
-
-BURST_CLIENT = """
-import json, sys, threading, time
-from concurrent.futures import ThreadPoolExecutor
-import httpx
-url, path, conc = sys.argv[1], sys.argv[2], int(sys.argv[3])
-reqs = json.load(open(path))
-local = threading.local()
-def one(r):
-    c = getattr(local, "c", None)
-    if c is None:
-        c = local.c = httpx.Client(base_url=url, timeout=15)
-        c.post("/webhook", content=b"{}", headers={"X-GitHub-Event": "ping"})  # connect (a 401), not counted
-    h = {"Content-Type": "application/json", "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": r["delivery"],
-         "X-Hub-Signature-256": r["sig"]}
-    body = r["body"].encode()
-    t = time.perf_counter()
-    try:
-        code = c.post("/webhook", content=body, headers=h).status_code
-    except httpx.HTTPError:
-        code = 0
-    return [time.perf_counter() - t, code, r["delivery"]]
-with ThreadPoolExecutor(conc) as pool:
-    print(json.dumps(list(pool.map(one, reqs))))
-"""
 
 
 def _ok(httpx, url: str) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text,
+                        UniqueConstraint, text)
 from sqlalchemy import Enum as SAEnum
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -73,16 +74,22 @@ class PullRequest(Base):
 
 
 class Delivery(Base):
-    """One row per X-GitHub-Delivery, and the outbox: the payload is stored (committed) before GitHub gets
+    """One row per X-GitHub-Delivery, and the outbox: the signed body is stored (committed) before GitHub gets
     its answer; the publish side handles it by id and marks it processed in the transaction of its effect."""
     __tablename__ = "deliveries"
+    # The drain's question ("what is waiting?") stays an index scan however many processed rows pile up.
+    __table_args__ = (Index("ix_deliveries_waiting", "received_at",
+                            postgresql_where=text("processed_at IS NULL AND failed_at IS NULL"),
+                            sqlite_where=text("processed_at IS NULL AND failed_at IS NULL")),)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     event: Mapped[str] = mapped_column(String(64))
-    action: Mapped[str | None] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))  # filled in when the handle task reads the body
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     processed_at: Mapped[datetime | None]
     outcome: Mapped[str | None] = mapped_column(Text)  # what the handler did, for operators
-    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The raw signed body as GitHub sent it: the web request stores it unparsed (bot/queue/intake.py).
+    body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # rows stored before `body` existed
     # sha256 of the signed body: a captured body replayed under a new delivery id is a duplicate.
     body_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
     enqueued_at: Mapped[datetime | None]  # last time a handle task was sent for it
@@ -112,6 +119,9 @@ class Evaluation(Base):
     finished_at: Mapped[datetime | None]
     duration_s: Mapped[float | None] = mapped_column(Float)
     worker_host: Mapped[str | None] = mapped_column(String(255))
+    # The GPU worker this attempt is bound to: the first whose signed claim (or result) arrived; a result
+    # signed by any other worker's key is refused. Cleared when a new attempt is dispatched.
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
     verdict: Mapped[str | None] = mapped_column(String(32))
     summary: Mapped[str | None] = mapped_column(Text)
     best_speedup: Mapped[float | None] = mapped_column(Float)

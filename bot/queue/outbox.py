@@ -1,12 +1,14 @@
 """The delivery outbox: the deliveries table holds every accepted payload until its effect is stored.
 
-The web request sends the handle task once (fast path); the publish worker's beat sends again whatever is
-due — never sent because the broker was down, lost in a broker restart, or waiting for its retry backoff.
+The web request stores the raw body and asks for a drain (bot/queue/kick.py); the drain — asked for, or the
+publish worker's beat — sends a handle task for whatever is due: just stored, never sent because the broker
+was down, lost in a broker restart, or past its retry backoff.
 The handle task takes only the delivery id and reads the payload from the database: a message someone
 pushed onto the broker by hand names no stored, signed delivery and does nothing.
 """
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 
@@ -21,6 +23,35 @@ log = logging.getLogger(__name__)
 HANDLE_TASK = "tokengate.handle_delivery"
 DRAIN_TASK = "tokengate.drain_outbox"
 DRAIN_BATCH = 500
+
+
+class BadBody(ValueError):
+    """A signed body that is not a JSON object: stored, never handled."""
+
+
+def payload_of(delivery: Delivery) -> dict:
+    """The delivery's payload, parsed from the raw body the web request stored (or a legacy parsed row)."""
+    if delivery.body is None:
+        return delivery.payload or {}
+    try:
+        payload = json.loads(delivery.body)
+    except ValueError as exc:
+        raise BadBody(f"body is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise BadBody("body is not a JSON object")
+    # A NUL can only be in the payload as the JSON escape \u0000: walk it only then.
+    return scrub(payload) if b"\\u0000" in delivery.body else payload
+
+
+def scrub(value):
+    """NUL characters (PostgreSQL text refuses them) → U+FFFD, everywhere in the payload."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
 
 
 def send(delivery_id: str) -> None:

@@ -65,9 +65,19 @@ def _handle(delivery_id: str) -> str:
             return f"delivery {delivery_id}: not stored (nothing to do)"
         if delivery.processed_at is not None or delivery.failed_at is not None:
             return f"delivery {delivery_id} already processed"
-        event, payload = delivery.event, delivery.payload or {}
-        repo = (payload.get("repository") or {}) if isinstance(payload, dict) else {}
-        pull = (payload.get("pull_request") or payload.get("issue") or {}) if isinstance(payload, dict) else {}
+        event = delivery.event
+        try:
+            payload = outbox.payload_of(delivery)
+        except outbox.BadBody as exc:  # signed, but no retry will make it JSON: given up on at once
+            delivery.failed_at = utcnow()
+            delivery.outcome = f"given up: {exc}"[:2000]
+            metrics.HANDLED.labels(event, "failed").inc()
+            return delivery.outcome
+        action = payload.get("action")
+        action = outbox.scrub(action)[:64] if isinstance(action, str) else None
+        repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
+        pull = payload.get("pull_request") or payload.get("issue")
+        pull = pull if isinstance(pull, dict) else {}
         try:
             with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
                 outcome = Handlers(Service()).dispatch(session, event, payload)
@@ -88,6 +98,7 @@ def _handle(delivery_id: str) -> str:
         delivery = session.get(Delivery, delivery_id, with_for_update=True, populate_existing=True)
         if delivery is not None:
             delivery.processed_at = utcnow()
+            delivery.action = action  # read from the body here: the web request never parses it
             delivery.outcome = outcome[:2000]
             delivery.last_error = None
     metrics.HANDLED.labels(event, "processed").inc()
@@ -131,9 +142,12 @@ def drain_outbox() -> int:
 
 
 @app.task(name=STARTED_TASK, **RETRY)
-def evaluation_started(eval_id: int, hostname: str | None = None, task_id: str | None = None) -> str:
-    with session_scope() as session:
-        return Service().evaluation_started(session, eval_id, hostname, task_id)
+def evaluation_started(eval_id: int, hostname: str | None = None, task_id: str | None = None,
+                       claim: dict | None = None) -> str:
+    with bound_contextvars(eval_id=eval_id), session_scope() as session:
+        outcome = Service().evaluation_started(session, eval_id, hostname, task_id, claim)
+    log.info("start claim for evaluation %s: %s", eval_id, outcome)
+    return outcome
 
 
 @app.task(name=RESULT_TASK, **RETRY)

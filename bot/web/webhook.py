@@ -1,149 +1,163 @@
-"""`POST /webhook`: cap, verify, store, queue — nothing else happens in the request (target: a few ms).
+"""`POST /webhook`: cap, verify, store, answer — nothing else happens in the request (target: a few ms).
 
 Order matters: the body is read only up to GitHub's 25 MB cap, and the signature is checked before anything
-is stored. The delivery row (primary key = X-GitHub-Delivery, payload included) is committed before GitHub
-gets its answer, so an acknowledged delivery survives a broker or worker restart (the outbox, bot/queue/
-outbox.py). A row already processed — or the same signed body under another delivery id — is a duplicate.
-Database or broker unreachable → 503 at once, so GitHub redelivers.
+is stored. The raw body is then committed to the deliveries table (primary key = X-GitHub-Delivery) by the
+outbox writer's group commit (bot/queue/intake.py) before GitHub gets its answer, so an acknowledged
+delivery survives a broker or worker restart. It is not parsed here: the handle task reads it. After the
+commit the publish side is asked, coalesced, to drain the outbox (bot/queue/kick.py). A row already
+processed — or the same signed body under another delivery id — is a duplicate. Database unreachable, or
+the broker unreachable at the last kick → 503 at once, so GitHub redelivers (the delivery is stored anyway).
+
+The handler is a bare ASGI app, called before FastAPI's stack: no request object, no dependency injection,
+no middleware, no thread hop on the way in.
 """
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import json
 import logging
-from datetime import timedelta
+import re
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from sqlalchemy import or_, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from bot import metrics
-from bot.db.engine import session_scope
-from bot.db.models import Delivery, utcnow
+from bot.db.engine import engine_for
 from bot.github.signature import verify
-from bot.queue.outbox import HANDLE_TASK, send  # noqa: F401  (HANDLE_TASK re-exported)
+from bot.queue import intake, kick
 from bot.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 EVENTS = {"pull_request", "issue_comment", "check_run", "installation", "installation_repositories", "ping"}
 MAX_ID = 64  # the deliveries key; GitHub's ids are 36-character GUIDs
+JSON_OBJECT = re.compile(rb"\s*\{")  # the one look at the body before storing it: an object, not parsed
 
 
 class TooLarge(Exception):
     pass
 
 
+class App(FastAPI):
+    """FastAPI, except that POST /webhook goes straight to its handler: none of the middleware stack (error
+    pages, telemetry, exit stacks) or route matching the dashboard needs, on the one path that must be fast."""
+
+    intake: "Intake"
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/webhook":
+            await self.intake(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
 def create_app() -> FastAPI:
     """The web app; further routers (dashboard pages) are added with `app.include_router`."""
     from bot.web import ops
-    app = FastAPI(title="tokengate", docs_url=None, redoc_url=None, openapi_url=None)
+    app = App(title="tokengate", docs_url=None, redoc_url=None, openapi_url=None)
+    app.intake = Intake()
+    app.router.routes.append(Route("/webhook", app.intake, methods=["POST"], name="webhook"))  # 405s, url_for
     app.include_router(ops.router)
     from bot.web.pages import router as pages  # the dashboard (issue 16)
     app.include_router(pages)
-
-    @app.post("/webhook")
-    async def webhook(request: Request) -> JSONResponse:
-        limit = get_settings().webhook_max_body_bytes
-        try:
-            body = await read_capped(request, limit)
-        except TooLarge:
-            return answer("?", "too_large", {"error": f"body over {limit} bytes"}, 413)
-        # Database and broker calls block: keep them off the event loop.
-        return await run_in_threadpool(receive, body, request.headers)
-
     return app
 
 
-async def read_capped(request: Request, limit: int) -> bytes:
+class Intake:
+    """The ASGI app behind POST /webhook."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        status, body = await self.handle(headers, receive)
+        data = json.dumps(body).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def handle(self, headers: dict[str, str], receive) -> tuple[int, dict]:
+        settings = get_settings()
+        event = headers.get("x-github-event") or ""
+        limit = settings.webhook_max_body_bytes
+        try:
+            raw = await read_capped(headers, receive, limit)
+        except TooLarge:
+            return answer("?", "too_large", {"error": f"body over {limit} bytes"}, 413)
+        if not verify(settings.webhook_secret, raw, headers.get("x-hub-signature-256")):
+            return answer(event, "unauthorized", {"error": "invalid or missing signature"}, 401)
+        delivery_id = headers.get("x-github-delivery") or ""
+        if not delivery_id or not event:
+            return answer(event, "bad_request", {"error": "missing X-GitHub-Delivery or X-GitHub-Event"}, 400)
+        if len(delivery_id) > MAX_ID or not delivery_id.isascii() or not delivery_id.isprintable():
+            return answer(event, "bad_request",
+                          {"error": f"X-GitHub-Delivery must be ≤ {MAX_ID} printable ASCII"}, 400)
+        if event not in EVENTS:
+            return answer(event, "ignored", {"status": "ignored", "event": event}, 202)
+        if not JSON_OBJECT.match(raw):
+            return answer(event, "bad_request", {"error": "body is not a JSON object"}, 400)
+        stored = await store(settings.database_url, delivery_id, event, raw, settings.webhook_store_timeout_s)
+        if stored == "db_unavailable":
+            return answer(event, "db_unavailable", {"error": "database unavailable, please redeliver"}, 503)
+        if stored == "duplicate":
+            return answer(event, "duplicate", {"status": "duplicate", "delivery": delivery_id}, 200)
+        kicker = kick.kicker()
+        if kicker.healthy:
+            kicker.kick()
+        elif not await run_in_threadpool(kicker.kick_now):  # down (or not tried yet): find out, ≤ ~1 s
+            return answer(event, "broker_unavailable", {"error": "queue unavailable, please redeliver"}, 503)
+        return answer(event, "queued", {"status": "queued", "delivery": delivery_id}, 202)
+
+
+def warm_up() -> None:
+    """Open now what the first requests of a burst would otherwise all wait for at once: the outbox writer
+    and its database connection, the kicker and its broker connection (which also learns whether the broker
+    is up). Failures only log: the requests answer 503 for what is still down."""
+    settings = get_settings()
+    try:
+        with engine_for(settings.database_url).connect():
+            pass
+    except Exception as exc:  # noqa: BLE001
+        log.warning("web: database unreachable at startup (%s)", exc)
+    intake.writer_for(settings.database_url)
+    kick.kicker().kick_now()
+
+
+async def read_capped(headers: dict[str, str], receive, limit: int) -> bytes:
     """The body, refused as soon as it (or its Content-Length) passes `limit`: never buffered whole."""
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise TooLarge
         chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
     return b"".join(chunks)
 
 
-def answer(event: str, outcome: str, body: dict, status: int) -> JSONResponse:
+async def store(url: str, delivery_id: str, event: str, raw: bytes, timeout: float) -> str:
+    """Hand the delivery to the outbox writer and wait for its commit (or give up: 503, GitHub redelivers)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str] = loop.create_future()
+
+    def resolve(outcome: str) -> None:  # the writer thread → this request's event loop
+        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(outcome))
+
+    intake.writer_for(url).submit(intake.Pending(delivery_id, event, raw, resolve))
+    try:
+        return await asyncio.wait_for(done, timeout)
+    except asyncio.TimeoutError:
+        log.warning("delivery %s: not stored within %.1f s", delivery_id, timeout)
+        return "db_unavailable"
+
+
+def answer(event: str, outcome: str, body: dict, status: int) -> tuple[int, dict]:
     metrics.DELIVERIES.labels(event if event in EVENTS else "other", outcome).inc()
-    return JSONResponse(body, status_code=status)
-
-
-def scrub(value):
-    """NUL characters (PostgreSQL text refuses them) → U+FFFD, everywhere in the payload."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    if isinstance(value, dict):
-        return {scrub(k): scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    return value
-
-
-def receive(body: bytes, headers) -> JSONResponse:
-    settings = get_settings()
-    event = headers.get("x-github-event") or ""
-    if not verify(settings.webhook_secret, body, headers.get("x-hub-signature-256")):
-        return answer(event, "unauthorized", {"error": "invalid or missing signature"}, 401)
-    delivery_id = headers.get("x-github-delivery") or ""
-    if not delivery_id or not event:
-        return answer(event, "bad_request", {"error": "missing X-GitHub-Delivery or X-GitHub-Event"}, 400)
-    if len(delivery_id) > MAX_ID or not delivery_id.isascii() or not delivery_id.isprintable():
-        return answer(event, "bad_request", {"error": f"X-GitHub-Delivery must be ≤ {MAX_ID} printable ASCII"},
-                      400)
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return answer(event, "bad_request", {"error": "body is not JSON"}, 400)
-    if not isinstance(payload, dict):
-        return answer(event, "bad_request", {"error": "body is not a JSON object"}, 400)
-    if event not in EVENTS:
-        return answer(event, "ignored", {"status": "ignored", "event": event}, 202)
-    action = payload.get("action")
-    action = scrub(action)[:64] if isinstance(action, str) else None
-    digest = hashlib.sha256(body).hexdigest()
-    try:
-        with session_scope() as session:
-            now = utcnow()
-            # A NUL can only be in the payload as the JSON escape \u0000: walk it only then.
-            clean = scrub(payload) if b"\\u0000" in body else payload
-            session.add(Delivery(id=delivery_id, event=event, action=action, payload=clean,
-                                 body_sha256=digest, received_at=now,
-                                 next_attempt_at=now + timedelta(seconds=settings.outbox_redrive_after_s)))
-        stored = "queued"
-    except IntegrityError:
-        try:
-            stored = _known(delivery_id, digest)
-        except SQLAlchemyError:
-            log.exception("delivery %s: database unavailable", delivery_id)
-            return answer(event, "db_unavailable", {"error": "database unavailable, please redeliver"}, 503)
-        if stored != "queued":
-            return answer(event, "duplicate", {"status": "duplicate", "delivery": delivery_id}, 200)
-    except SQLAlchemyError:
-        log.exception("delivery %s: database unavailable", delivery_id)
-        return answer(event, "db_unavailable", {"error": "database unavailable, please redeliver"}, 503)
-    try:
-        send(delivery_id)
-    except Exception:  # noqa: BLE001 - stored: the outbox sends it once the broker is back
-        log.exception("delivery %s: broker unavailable", delivery_id)
-        return answer(event, "broker_unavailable", {"error": "queue unavailable, please redeliver"}, 503)
-    return answer(event, "queued", {"status": "queued", "delivery": delivery_id}, 202)
-
-
-def _known(delivery_id: str, digest: str) -> str:
-    """'queued' when GitHub redelivers one we stored but have not processed yet (queue it again),
-    else 'duplicate' (processed, given up on, or the same body under a new id: a replay)."""
-    with session_scope() as session:
-        rows = session.scalars(select(Delivery).where(or_(Delivery.id == delivery_id,
-                                                          Delivery.body_sha256 == digest))).all()
-    same = [d for d in rows if d.id == delivery_id]
-    if same and same[0].processed_at is None and same[0].failed_at is None and same[0].body_sha256 == digest:
-        return "queued"
-    return "duplicate"
+    return status, body

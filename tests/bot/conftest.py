@@ -89,7 +89,7 @@ def celery_app(redis_ns):
     """The process-wide app on this session's Redis namespace, with the fake evaluation installed under the
     pipeline's task name for as long as tests/bot runs (then whatever held the name before is put back, so
     the worker tests that follow in the same session get the real task)."""
-    from tests.bot.fake_evaluation import install
+    from bot.testing.fake_evaluation import install
     from worker.queue import app as shared
     broker, prefix = redis_ns
     shared.configure(broker, broker, key_prefix=prefix)
@@ -149,7 +149,7 @@ def remote(tmp_path) -> Remote:
 
 @pytest.fixture
 def github(rsa_key, remote):
-    from tests.bot.github_server import FakeGitHub
+    from bot.testing.github_server import FakeGitHub
     server = FakeGitHub(app_id=APP_ID, public_key_pem=rsa_key[1], installation_id=INSTALLATION_ID).start()
     repo = server.add_repo("Codertocat", "Hello-World", remote.path)
     repo.permissions.update({"codertocat": "admin", "maintainer": "maintain", "outsider": "read"})
@@ -195,7 +195,7 @@ def load_payload(name: str) -> dict:
 def pr_payload(github, remote: Remote, action: str, *, number: int = 2, author: str = "Codertocat",
                head_ref: str = "changes", sender: str | None = None, labels=(), label: str | None = None) -> dict:
     """GitHub's pull_request example, re-pointed at our server's repository and real git SHAs."""
-    from tests.bot.github_server import PullState
+    from bot.testing.github_server import PullState
     repo = github.repos["codertocat/hello-world"]
     pr = repo.pulls.setdefault(number, PullState(number=number, title=f"PR {number}", author=author,
                                                  head_ref=head_ref, base_ref="main"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot import render
 from bot.enums import EvalState, Trigger
-from tests.bot.fake_evaluation import result_for
+from bot.testing.fake_evaluation import result_for
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "examples"
 BASE = "9fdf68a3c1d2e4f5a6b7c8d9e0f1a2b3c4d5e6f7"

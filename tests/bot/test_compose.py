@@ -72,7 +72,7 @@ def test_one_worker_per_gpu(compose):
 def test_redis_requires_a_password_and_its_users_follow_the_acl_rules(compose):
     """redis-server's `--user` directives are bot/queue/acl.py's rules (the ones tested on a real Redis)."""
     from bot.queue import acl
-    from tests.bot.native_stack import parse_env_file
+    from bot.testing.native_stack import parse_env_file
     env = parse_env_file((ROOT / ".env.example").read_text())
     command = compose["services"]["redis"]["command"]
     users, current = {}, None

@@ -151,14 +151,20 @@ def test_broker_down_is_503_within_a_second_and_the_stored_delivery_still_arrive
 def test_a_stored_delivery_whose_message_was_lost_is_sent_again_by_the_outbox(settings, celery_worker, github,
                                                                              remote, send, monkeypatch):
     """The broker lost the message (restart without persistence): the beat's drain sends it again."""
+    from bot.queue import kick
     remote.commit("changes", "speed up (xl)")
-    monkeypatch.setattr("bot.web.webhook.send", lambda _id: None)  # accepted, stored, message lost
+    monkeypatch.setattr(kick.DrainKicker, "kick", lambda self: None)  # accepted, stored, drain kick lost
+    monkeypatch.setattr(kick.kicker(), "healthy", True)
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     monkeypatch.undo()
     time.sleep(1.0)
     assert not processed(d)
+    with session_scope() as s:  # the handle task a drain sent, then lost in a broker restart
+        s.get(Delivery, d).next_attempt_at = datetime.now(timezone.utc) + timedelta(seconds=30)
     settings.outbox_redrive_after_s = 0.1
-    with session_scope() as s:  # not due yet: the web request's message may still be on its way
+    time.sleep(0.5)
+    assert not processed(d)
+    with session_scope() as s:  # redrive time reached
         s.get(Delivery, d).next_attempt_at = datetime.now(timezone.utc) - timedelta(seconds=1)
     drain_until(lambda: processed(d), settings, what="lost delivery re-sent and handled")
     wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="evaluation")
@@ -257,7 +263,7 @@ def test_broker_messages_without_a_stored_delivery_or_a_worker_key_do_nothing(se
                                                                               remote, send):
     from bot.queue.app import celery_app
     from worker.queue.tasks import result_mac, sign_result
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     app = celery_app()
     remote.commit("changes", "block until released")
     # A handle_delivery for a delivery nobody signed: nothing stored under that id, nothing happens.

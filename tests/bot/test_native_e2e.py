@@ -6,7 +6,7 @@ database credentials), our GitHub REST server and a real git repository as the P
 A signed `pull_request.opened` goes over HTTP; the sticky comment, the completed check run and
 the labels must appear on the server; a `synchronize` push then edits the same comment.
 
-Two tests: one drives the service with the fake evaluation (`--include tests.bot.fake_gpu_tasks`:
+Two tests: one drives the service with the fake evaluation (`--include bot.testing.fake_gpu_tasks`:
 verdicts chosen by commit message, an evaluation that blocks so its worker can be killed and the
 watchdog seen at work); one runs the real pipeline (worker.queue.tasks, tiny model, CPU quick profile) on
 a clone of this repository whose PR branch carries a real decode slowdown.
@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from bot.render import STICKY_MARKER
 from bot.github.signature import sign
 from tests.bot.conftest import APP_ID, REDIS, _pg_connect, comment_payload, pr_payload, wait_until
-from tests.bot.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
+from bot.testing.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -185,7 +185,7 @@ def test_compose_processes_end_to_end(stack, github, remote):
     """Fake evaluation: opened → XL, push → REJECT (same comment), redelivery, then a vanished gpu worker."""
     t0 = time.monotonic()
     repo = github.repos["codertocat/hello-world"]
-    gpu_extra = ("--include", "tests.bot.fake_gpu_tasks")
+    gpu_extra = ("--include", "bot.testing.fake_gpu_tasks")
     url, procs = launch(stack, gpu_extra)
     gpu = procs["gpu"]
     t_up = time.monotonic() - t0

@@ -6,7 +6,7 @@ import re
 from bot import render
 from bot.github.labels import labels_for
 from tests.bot import render_examples
-from tests.bot.fake_evaluation import result_for
+from bot.testing.fake_evaluation import result_for
 from worker.config import EvalSettings
 from worker.records import Verdict
 

@@ -72,8 +72,10 @@ def act(service, finding) -> str:
 
 
 def start(service, ev: Evaluation, host: str = "gpu0@box") -> None:
+    from worker.queue.auth import sign_claim  # the test worker's own key (conftest's environment)
     with session_scope() as s:
-        assert "running" in service.evaluation_started(s, ev.id, host, ev.celery_task_id)
+        assert "running" in service.evaluation_started(s, ev.id, host, ev.celery_task_id,
+                                                       sign_claim(ev.id, ev.celery_task_id))
 
 
 def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_celery, github, remote):
@@ -154,7 +156,7 @@ def test_overdue_run_and_queue_time_out_even_when_alive(service, quiet_celery, g
 def test_finished_task_whose_result_was_never_published_is_recovered(service, quiet_celery, github, remote,
                                                                      monkeypatch):
     from tests.bot.conftest import WORKER_ID, WORKER_KEY
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     monkeypatch.setenv("TOKENGATE_WORKER_ID", WORKER_ID)
     monkeypatch.setenv("TOKENGATE_WORKER_KEY", WORKER_KEY)
     app, client, prefix = quiet_celery

@@ -13,10 +13,10 @@ from celery import Celery
 from celery.signals import task_postrun, task_prerun
 from kombu import Exchange, Queue
 
-from worker.queue import heartbeat
+from worker.queue import auth, heartbeat
 
 EVALUATE_TASK = "tokengate.evaluate"  # gpu: job dict -> EvalResult.to_dict()
-STARTED_TASK = "tokengate.evaluation_started"  # publish: (eval_id, hostname), sent when an evaluation starts
+STARTED_TASK = "tokengate.evaluation_started"  # publish: (eval_id, hostname, task id, signed claim), at the start
 HEARTBEAT_TTL_CONF = "tokengate_heartbeat_ttl_s"  # app.conf key; heartbeat.TTL_S when unset
 GPU_QUEUE = "gpu"
 PUBLISH_QUEUE = "publish"
@@ -79,7 +79,10 @@ def _announce_start(task_id=None, task=None, args=None, kwargs=None, **_):
                                                    interval=ttl / 4, ttl=ttl).start()
     job = (args[0] if args else None) or (kwargs or {}).get("job") or {}
     if isinstance(job, dict) and "eval_id" in job:
-        owner.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id], queue=PUBLISH_QUEUE)
+        # Signed with this worker's own key: the bot binds this attempt to the first worker that claims it.
+        claim = auth.sign_claim(job["eval_id"], task_id)
+        owner.send_task(STARTED_TASK, args=[job["eval_id"], task.request.hostname, task_id, claim],
+                        queue=PUBLISH_QUEUE)
 
 
 @task_postrun.connect

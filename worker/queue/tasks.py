@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import hmac
 import json
 import os
 from contextlib import contextmanager
@@ -67,13 +66,18 @@ def cached_result(key: str) -> dict | None:
     if client is None:
         return None
     raw = client.get(f"{prefix}tokengate:result:{key}")
-    return json.loads(raw) if raw else None
+    try:
+        entry = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return auth.unseal_cached(key, entry)  # only what this worker sealed (see worker/queue/auth.py)
 
 
 def store_result(key: str, result: dict) -> None:
     client, prefix = _redis()
     if client is not None:
-        client.set(f"{prefix}tokengate:result:{key}", json.dumps(result), ex=RESULT_TTL_S)
+        client.set(f"{prefix}tokengate:result:{key}", json.dumps(auth.seal_cached(key, result), default=str),
+                   ex=RESULT_TTL_S)
 
 
 @contextmanager
@@ -144,22 +148,9 @@ def _self_calibrate(ev, job) -> None:
         ev._calibration_run = f"{type(exc).__name__}: {exc}"
 
 
-RESULT_AUTH = "_auth"  # {"worker": id, "mac": hex}: the bot accepts a result only with a valid one
-
-
-def result_mac(key: str, result: dict, eval_id, task_id: str | None) -> str:
-    """HMAC-SHA256 over (evaluation, task, result) in canonical JSON: a signed result fits one attempt only."""
-    body = {k: v for k, v in result.items() if k != RESULT_AUTH}
-    msg = json.dumps([eval_id, task_id, body], sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(key.encode(), msg.encode(), hashlib.sha256).hexdigest()
-
-
-def sign_result(result: dict, job: dict, task_id: str | None) -> dict:
-    """Sign with this worker's own key (TOKENGATE_WORKER_ID / TOKENGATE_WORKER_KEY); unsigned without one."""
-    worker, key = os.environ.get("TOKENGATE_WORKER_ID"), os.environ.get("TOKENGATE_WORKER_KEY")
-    if not worker or not key:
-        return result
-    return {**result, RESULT_AUTH: {"worker": worker, "mac": result_mac(key, result, job.get("eval_id"), task_id)}}
+# Signing lives in worker/queue/auth.py (the start announcement signs a claim without importing this module).
+from worker.queue import auth  # noqa: E402
+from worker.queue.auth import RESULT_AUTH, result_mac, sign_result  # noqa: E402,F401  (re-exported)
 
 
 @app.task(name=EVALUATE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,

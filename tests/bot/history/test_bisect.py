@@ -38,7 +38,7 @@ def test_planted_step_is_posted_once_and_bisected_to_its_commit(settings, github
     remote.git("commit", "-q", "-m", "speed file")
     shas = write_main(remote, 24)
     from bot.queue.app import celery_app
-    from tests.bot.github_server import PullState
+    from bot.testing.github_server import PullState
     state = github.repos["codertocat/hello-world"]
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
@@ -79,7 +79,7 @@ def test_planted_step_is_posted_once_and_bisected_to_its_commit(settings, github
 
 def test_a_flat_history_raises_nothing(settings, github, remote, monkeypatch, tmp_path):
     monkeypatch.setenv("TOKENGATE_CACHE_DIR", str(tmp_path / "cache"))
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
         for i, rel in enumerate([0.003, -0.004, 0.001, 0.0, 0.004, -0.002, 0.002, -0.003]):
@@ -95,7 +95,7 @@ def test_is_bad_is_closer_to_the_step():
 
 def test_a_result_for_other_revisions_is_not_history(settings, github, remote):
     """The worker's result cache is keyed without the base: an answer for another base must not be plotted."""
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
         m = MainMeasurement(repository_id=repo.id, kind="merge", sha="b" * 40, base_sha="a" * 40, state="queued",
@@ -112,7 +112,7 @@ def test_a_result_for_other_revisions_is_not_history(settings, github, remote):
 
 def test_the_same_shift_found_one_commit_over_is_not_posted_again(settings, github, remote):
     from bot.db.models import ChangePoint
-    from tests.bot.fake_evaluation import result_for
+    from bot.testing.fake_evaluation import result_for
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
         shas = []

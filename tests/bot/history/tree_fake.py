@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from urllib.parse import urlparse
 
-from tests.bot.fake_evaluation import gate, guard
+from bot.testing.fake_evaluation import gate, guard
 from worker.records import EvalResult, Verdict
 
 TASK = "tokengate.test.tree_speed_evaluate"

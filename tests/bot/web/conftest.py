@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from bot.db.engine import session_scope
-from tests.bot.fake_evaluation import result_for
+from bot.testing.fake_evaluation import result_for
 from tests.bot.web import fill
 
 MAIN_POINTS = 7  # stand-in main measurements of qwen35-tiny decode@512 (speedups below)

@@ -7,7 +7,7 @@ import pytest
 from bot import render
 from bot.settings import Settings, override_settings
 from tests.bot.conftest import pr_payload, wait_until
-from tests.bot.fake_evaluation import gate, guard, result_for
+from bot.testing.fake_evaluation import gate, guard, result_for
 from tests.bot.helpers import evaluations, finished
 from tests.bot.test_end_to_end import bot_comments
 

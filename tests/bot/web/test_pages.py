@@ -12,7 +12,7 @@ from bot.db.engine import session_scope
 from bot.db.models import Evaluation, Receipt, RepositoryVisibility, utcnow
 from bot.enums import EvalState
 from bot.render import num
-from tests.bot.fake_evaluation import result_for
+from bot.testing.fake_evaluation import result_for
 from tests.bot.web import fill
 from tests.bot.web.conftest import MAIN_POINTS, receipt_median
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 import jwt
-from tests.paths import GITHUB
+from bot.testing import GITHUB_FIXTURES as GITHUB
 
 # shared/ lies beside the checkout (developer machines and CI alike).
 SUBSET = GITHUB / "rest-api-subset.json"

@@ -1,5 +1,5 @@
 """A fast stand-in for the evaluation pipeline (tests only), installed under the real task name by
-`install(app)` (in-process tests) or by importing tests.bot.fake_gpu_tasks (`tokengate worker --include`).
+`install(app)` (in-process tests) or by importing bot.testing.fake_gpu_tasks (`tokengate worker --include`).
 
 It behaves like the GPU side: reads the head commit from the real git remote in the job, and
 returns an `EvalResult.to_dict()`. What it "measures" is chosen by the head commit's message:

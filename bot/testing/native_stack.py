@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from bot.testing import REPO as ROOT
+
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 # What every process needs to run Python from this checkout, and nothing else from the test's environment.
@@ -64,7 +65,9 @@ class Proc:
     popen: subprocess.Popen
     log: Path
     env: dict[str, str]
-    killed: bool = False
+    killed: bool = False  # killed or stopped on purpose: never restarted
+    cmd: list[str] = field(default_factory=list)
+    replaced_by: "Proc | None" = None  # restarted (compose's `restart:` policy) as this one
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -126,9 +129,32 @@ class NativeStack:
         with open(log, "wb") as f:
             popen = subprocess.Popen(self.command(service, replace, extra), env=env, cwd=self.workdir, stdout=f,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        proc = Proc(service, popen, log, env)
+        proc = Proc(service, popen, log, env, cmd=self.command(service, replace, extra))
         self.procs.append(proc)
         return proc
+
+    def supervise(self, interval: float = 0.5) -> "NativeStack":
+        """Do what compose's `restart: unless-stopped` does: a service process that exited by itself (a crash)
+        is started again, with its command and environment; `restarts` lists (service, exit code)."""
+        import threading
+        self.restarts: list[tuple[str, int]] = []
+
+        def loop():
+            while not getattr(self, "_stopping", False):
+                for proc in list(self.procs):
+                    policy = str(self.services.get(proc.name, {}).get("restart", "no"))
+                    if proc.killed or proc.replaced_by or proc.alive() or policy in ("no", "False"):
+                        continue
+                    self.restarts.append((proc.name, proc.popen.returncode))
+                    log = self.workdir / f"{proc.name}.restart{len(self.restarts)}.log"
+                    with open(log, "wb") as f:
+                        popen = subprocess.Popen(proc.cmd, env=proc.env, cwd=self.workdir, stdout=f,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
+                    proc.replaced_by = Proc(proc.name, popen, log, proc.env, cmd=proc.cmd)
+                    self.procs.append(proc.replaced_by)
+                time.sleep(interval)
+        threading.Thread(target=loop, name="native-stack-supervisor", daemon=True).start()
+        return self
 
     def wait_for_log(self, proc: Proc, text: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -146,6 +172,7 @@ class NativeStack:
 
     def stop(self, proc: Proc, grace: float = 10.0) -> None:
         """SIGTERM to the process group (Celery's warm shutdown), SIGKILL after `grace` seconds."""
+        proc.killed = True
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.popen.pid, sig)
@@ -164,10 +191,13 @@ class NativeStack:
 
     def kill(self, proc: Proc) -> None:
         """SIGKILL the whole group at once: the host vanished, nothing gets to clean up."""
+        while proc.replaced_by is not None:  # it crashed and was restarted: kill what runs now
+            proc = proc.replaced_by
         proc.killed = True
         os.killpg(proc.popen.pid, signal.SIGKILL)
         proc.popen.wait(timeout=10)
 
     def stop_all(self) -> None:
+        self._stopping = True
         for proc in reversed(self.procs):
             self.stop(proc)
