@@ -1,7 +1,7 @@
 """gate results keep both one-sided noise floors
 
-Revision ID: 0005_floor_sides
-Revises: 0004_dashboard
+Revision ID: 0007_floor_sides
+Revises: 0006_claimed_by
 Create Date: 2026-12-02 07:20:00
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from alembic import op
 
 
-revision = '0005_floor_sides'
-down_revision = '0004_dashboard'
+revision = '0007_floor_sides'
+down_revision = '0006_claimed_by'
 branch_labels = None
 depends_on = None
 
