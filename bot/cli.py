@@ -87,9 +87,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     argv = ["worker", "-Q", ",".join(queues), "-P", args.pool, "-c", str(args.concurrency),
             "--loglevel", args.log_level.upper(), "-n", args.name]
     if "publish" not in queues:
-        # A GPU worker's broker user reaches only its queue, results and its own mailbox (bot/queue/acl.py):
-        # no gossip or mingle with the other workers (their celeryev/reply queues are not its keys).
+        # A GPU worker's broker user reaches only its queue and results, and reads the routing tables
+        # (bot/queue/acl.py): no declarations, no remote control, no gossip or mingle with the other workers.
+        from worker.queue.app import gpu_side
+        gpu_side(app)
         argv += ["--without-gossip", "--without-mingle"]
+    else:
+        from worker.queue.app import declare_queues
+        try:
+            declare_queues(app)  # the GPU workers route through these tables but may not write them
+        except Exception as exc:  # noqa: BLE001  broker down at start: the consumer declares its own on connect
+            print(f"warning: could not declare the queues' routing tables yet ({exc})", file=sys.stderr)
     if args.beat:
         if "publish" not in queues:
             raise SystemExit("--beat belongs on the publish worker (it closes rounds and runs the watchdog)")

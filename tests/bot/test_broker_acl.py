@@ -18,7 +18,7 @@ from kombu import Exchange, Queue
 
 from bot.queue import acl
 from tests.bot.conftest import REDIS, wait_until
-from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE, STARTED_TASK
+from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE, STARTED_TASK, declare_queues, gpu_side
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(90)]
 
@@ -73,7 +73,7 @@ def denied(client, *command) -> bool:
 
 def test_gpu_user_consumes_gpu_and_writes_results_only(users):
     urls, names, prefix, admin = users
-    gpu_app = make_app("acl-gpu", urls["gpu"], prefix)
+    gpu_app = gpu_side(make_app("acl-gpu", urls["gpu"], prefix))  # as `tokengate worker --queues gpu`
     gpu_app.finalize(auto=True)  # shared tasks first: the real evaluate (if imported) would keep the name
     gpu_app.tasks.pop(EVALUATE_TASK, None)  # app.task() returns an existing task of that name, not ours
 
@@ -83,6 +83,7 @@ def test_gpu_user_consumes_gpu_and_writes_results_only(users):
         return {"verdict": "XL", "eval_id": job["eval_id"]}
 
     web_app = make_app("acl-web", urls["web"], prefix)
+    declare_queues(web_app)  # the web side writes the routing tables, as the publish worker does at start
     with start_worker(gpu_app, pool="solo", perform_ping_check=False, queues=[GPU_QUEUE], loglevel="WARNING",
                       shutdown_timeout=10):
         task = web_app.send_task(EVALUATE_TASK, args=[{"eval_id": 7}], queue=GPU_QUEUE,
@@ -103,6 +104,11 @@ def test_gpu_user_consumes_gpu_and_writes_results_only(users):
     assert denied(gpu, "BRPOP", queue, 1)
     assert denied(gpu, "GET", f"{prefix}anything-else")  # nothing outside its patterns
     assert denied(gpu, "SET", "tokengate:alive:x", "1")  # nor outside the deployment's prefix
+    binding = f"{prefix}_kombu.binding.{PUBLISH_QUEUE}"
+    assert gpu.smembers(binding)  # it looks routes up ...
+    assert denied(gpu, "SADD", binding, "publish\x06\x16\x06\x16gpu")  # ... but cannot re-route publish to itself
+    assert denied(gpu, "DEL", binding)
+    assert denied(gpu, "LPUSH", f"{prefix}publish@host.celery.pidbox", "{}")  # no other worker's control mailbox
     for command in (("FLUSHALL",), ("CONFIG", "GET", "*"), ("KEYS", "*"), ("ACL", "LIST"), ("SHUTDOWN",)):
         assert denied(gpu, *command), command
     web = redis.Redis.from_url(urls["web"])

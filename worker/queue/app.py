@@ -37,7 +37,7 @@ def configure(broker_url: str, result_backend: str | None = None, key_prefix: st
         result_backend_transport_options=transport,
         # One direct exchange per queue, routing key = queue name: a message reaches exactly one queue
         # (with bare Queue(name) both queues were bound to the default exchange under one key).
-        task_queues=tuple(Queue(q, Exchange(q, type="direct"), routing_key=q) for q in (GPU_QUEUE, PUBLISH_QUEUE)),
+        task_queues=queues(declare=True),
         task_default_queue=PUBLISH_QUEUE,
         task_routes={EVALUATE_TASK: {"queue": GPU_QUEUE}},
         task_serializer="json", result_serializer="json", accept_content=["json"],
@@ -51,6 +51,29 @@ def configure(broker_url: str, result_backend: str | None = None, key_prefix: st
     )
     app.conf.update(overrides)
     return app
+
+
+def queues(declare: bool) -> tuple[Queue, ...]:
+    """The two queues; `declare=False` for a GPU worker, whose broker user may only read the routing
+    tables (bot/queue/acl.py): it never (re)declares them, the web side does (`declare_queues`)."""
+    return tuple(Queue(q, Exchange(q, type="direct"), routing_key=q, no_declare=not declare)
+                 for q in (GPU_QUEUE, PUBLISH_QUEUE))
+
+
+def declare_queues(owner: Celery | None = None) -> None:
+    """Write both queues' routing tables (web side, at start): a GPU worker routes its started/result
+    messages through them but cannot create them."""
+    owner = owner or app
+    with owner.connection_for_write() as conn:
+        for q in queues(declare=True):
+            q.bind(conn.default_channel).declare()
+
+
+def gpu_side(owner: Celery | None = None) -> Celery:
+    """Configure `owner` as a GPU worker: no queue declarations, no remote-control mailbox."""
+    owner = owner or app
+    owner.conf.update(task_queues=queues(declare=False), worker_enable_remote_control=False)
+    return owner
 
 
 def _forget_connections() -> None:
