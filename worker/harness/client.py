@@ -226,8 +226,8 @@ class RevisionProcess:
     def finish(self, *, phase: str, timeout: float) -> tuple[dict, float]:
         resp = self._read(timeout, phase)
         elapsed = time.perf_counter() - self._t0
-        cpu1 = self._cpu_ns() if self.track_cpu else None
         cpu0 = self._cpu0
+        cpu1 = self._cpu_after(cpu0) if self.track_cpu else None
         self.last_oncpu_s = (cpu1 - cpu0) / 1e9 if cpu0 is not None and cpu1 is not None else None
         self._sample_rss()
         if resp.get("seq") != self._seq:
@@ -283,6 +283,18 @@ class RevisionProcess:
 
     def _cpu_ns(self) -> int | None:
         return self.cgroup.cpu_usage_ns() if self.cgroup is not None else None
+
+    def _cpu_after(self, cpu0: int | None, tries: int = 5) -> int | None:
+        """cpu.stat once the request's time is in it: the kernel folds a thread's runtime into its
+        cgroup at the next tick or switch, so a sub-millisecond request can read as no time at all
+        right after its answer (seen in CI: "the oncpu clock gave 0.0"). Re-read briefly, never wait long."""
+        cpu1 = self._cpu_ns()
+        for _ in range(tries):
+            if cpu0 is None or cpu1 is None or cpu1 > cpu0:
+                break
+            time.sleep(0.002)
+            cpu1 = self._cpu_ns()
+        return cpu1
 
     def cpu_seconds(self) -> float | None:
         """On-CPU time the revision's cgroup has used so far (None without a cgroup)."""
