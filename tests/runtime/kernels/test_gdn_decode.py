@@ -22,8 +22,9 @@ def test_gdn_decode_step_matches_naive_over_steps(device, hk, hv, block_v):
         out = torch.full((hv * dv,), float("nan"), device=device)
         gdn_decode_step(proj, state, ssm_a, dt_bias, nw, out, n_k_head=hk, block_v=block_v)
         ref = gdn_decode_step_naive(proj, state_ref, ssm_a, dt_bias, nw, torch.empty_like(out), n_k_head=hk)
-        assert _rel(out, ref) < 1e-5
-        assert _rel(state, state_ref) < 1e-5
+        # fp32 with another reduction order, carried over steps: ~1e-5 seen; a wrong gate or decay is ~1e-1
+        assert _rel(out, ref) < 5e-5
+        assert _rel(state, state_ref) < 5e-5
 
 
 def test_gdn_decode_step_rejects_bad_sizes(device):
