@@ -122,7 +122,8 @@ def settings(st: State, args) -> EvalSettings:
 def step_calibrate(st: State, args) -> bool:
     repo = setup(st, args.profile)
     s = settings(st, args)
-    c = st.data.setdefault("calibrate", {"seconds": 0.0, "pieces": 0, "pairs": 0, "per_pair_seconds": []})
+    c = st.data.setdefault("calibrate", {"seconds": 0.0, "pieces": 0, "pairs": 0, "per_pair_seconds": [],
+                                         "per_pair_phases": []})
     if c.get("done"):
         return True
     run = calibrate_pairs(str(repo), st.data["main"], s, store=st.store, budget_s=args.budget,
@@ -131,6 +132,8 @@ def step_calibrate(st: State, args) -> bool:
     c["pieces"] += 1
     c["pairs"] += run.pairs_recorded
     c["per_pair_seconds"] += run.per_pair_seconds
+    c.setdefault("per_pair_phases", []).extend(run.per_pair_phases)
+    c.setdefault("piece_seconds", []).append(run.seconds)
     c.update(done=run.done, key=run.key, target=run.target, after=run.after)
     c["minutes"] = round(c["seconds"] / 60, 2)
     c["within_15_min"] = c["seconds"] <= 900 if run.done else None

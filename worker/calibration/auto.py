@@ -33,6 +33,7 @@ class CalibrationRun:
     pairs_recorded: int = 0
     seconds: float = 0.0
     per_pair_seconds: list[float] = field(default_factory=list)
+    per_pair_phases: list[dict] = field(default_factory=list)  # model, load (slower side), guards, sweep: seconds
     done: bool = False
     stopped: str | None = None  # why it stopped before the target (time budget)
 
@@ -56,10 +57,12 @@ def calibrated(ev) -> bool:
 
 
 def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: float | None = None,
-              head_ref: str | None = None, head_sha: str | None = None, on_guard=None) -> tuple[int, list, str | None]:
+              head_ref: str | None = None, head_sha: str | None = None, on_guard=None,
+              phases: list | None = None) -> tuple[int, list, str | None]:
     """Fresh process pairs of ev.job's base (vs `head_ref`, default: base itself), each sweeping every
     gate of a model once, while `want_more(spec, gates)`; `on_pair(spec, {gate: delta})` gets each.
     `on_guard(spec, gkey, scores)` scores the accuracy guards on a pair while it returns True.
+    `phases` (a list) gets each pair's seconds by phase.
     Returns (pairs, per-pair seconds, why it stopped early or None)."""
     t0 = time.monotonic() if t0 is None else t0
     job = ev.job
@@ -89,13 +92,19 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
                     tp = time.monotonic()
                     with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
                         n += 1
+                        tg = time.monotonic()
                         if on_guard is not None and on_guard(spec, gkey, None):
                             on_guard(spec, gkey, score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
                                                                  ref_version=ref_version, profile=ev.profile))
+                        ts = time.monotonic()
                         sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"pairs{n}", spec) if gates else None
+                        te = time.monotonic()
                     on_pair(spec, {g.name: pair_delta(sw.values("base", g.name), sw.values("head", g.name))
                                    for g in gates})
                     per.append(round(time.monotonic() - tp, 3))
+                    if phases is not None:
+                        phases.append({"model": spec.name, "start_load": round(tg - tp, 2), "guards": round(ts - tg, 2),
+                                       "sweep": round(te - ts, 2), "stop": round(time.monotonic() - te, 2)})
             if stopped:
                 break
     finally:
@@ -145,7 +154,7 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
             have[(spec.name, g)] += 1
 
     n, per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=budget_s, t0=t0,
-                                on_guard=on_guard)
+                                on_guard=on_guard, phases=run.per_pair_phases)
     run.pairs_recorded, run.per_pair_seconds, run.stopped = n, per, stopped
     run.seconds = round(time.monotonic() - t0, 3)
     after = counts(ev)
