@@ -558,7 +558,7 @@ class Evaluation:
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
                 noise_floor=floor, significant=side != 0, regression=side < 0,
                 scored=spec.is_scored(g.name), n_pairs=c.n_pairs, reason=None if null.calibrated else null.reason,
-                floor_slower=null.floor_slower, floor_faster=null.floor_faster))
+                floor_slower=null.floor_slower, floor_faster=null.floor_faster, floor_widening=null.widening))
         out.receipt["noise_floors"] = floors
         out.receipt["output_checks"] = checks_r
         return results
@@ -704,6 +704,14 @@ class Evaluation:
             r.notes.append(f"chance that this evaluation shows a significant speed change where there is none: "
                            f"<= {sum(bounds):.1e} (A/A history of this worker; configured "
                            f"{self.settings.false_significance_rate:.0e})")
+        widened: dict[str, float] = {}  # model -> its largest widening
+        for g in gates:
+            if g.floor_widening > 1.0:
+                widened[g.model] = max(widened.get(g.model, 1.0), g.floor_widening)
+        for model, c in sorted(widened.items()):
+            r.notes.append(f"{model}: noise floors widened ×{c:.2f}: this worker's newest A/A pairs are noisier than "
+                           f"the history the floors came from (upper {self.settings.noise_scale_confidence:.0%} bound "
+                           "of the ratio), so smaller changes go undetected until that history is rebuilt")
         r.gates, r.guards = gates, guards
         return r
 

@@ -66,6 +66,9 @@ class GateResult:
     # below -floor_slower, as faster above +floor_faster. noise_floor is the larger of the two.
     floor_slower: float | None = None
     floor_faster: float | None = None
+    # > 1: both floors were multiplied by this because the host's recent A/A pairs are noisier than the
+    # history the floors came from (worker/calibration/scale.py); 1 = not widened.
+    floor_widening: float = 1.0
 
 
 @dataclass

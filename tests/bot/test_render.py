@@ -42,6 +42,16 @@ def test_older_results_without_both_floors_show_the_larger_one():
     assert "±1.5%" in text and "/ +" not in text
 
 
+def test_widened_floors_say_so():
+    """A gate whose floors were widened for a noisier host shows by how much; others show nothing extra."""
+    run = render_examples.view(3, "xl", "b699eb5c3d")
+    run.result.gates[0].floor_widening = 1.37
+    text = render.sticky_comment(current=run, earlier=[], head_sha="b699eb5c3d", awaiting_approval=False,
+                                 approval_label="eval-approved", models=["qwen35-tiny"])
+    assert text.count("(×1.37: host noisier)") == 1
+    assert "host noisier" not in render_examples.examples()["comment-xl.md"]
+
+
 def test_missing_numbers_are_said_not_invented():
     text = render_examples.examples()["comment-infra.md"]
     assert "?" not in text.replace("<!--", "")

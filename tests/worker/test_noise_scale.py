@@ -108,3 +108,24 @@ def test_noisier_host_keeps_the_stated_rate(tmp_path):
             rates[name].append(1 - math.prod(1 - sim.exceed(n, sample) for n in nulls.values()))
     before, after = float(np.mean(rates["before"])), float(np.mean(rates["after"]))
     assert after < S.false_significance_rate / 2 and before > 2 * after, (before, after)
+
+
+def test_a_widened_floor_is_said_in_the_verdict_notes(tmp_path, monkeypatch):
+    """The comment says when and how much the floors were widened (a maintainer reads a larger detectable change)."""
+    from worker.pipeline import Evaluation, Job, ModelOutcome
+    from worker.records import GateResult
+
+    monkeypatch.setenv("TOKENGATE_CACHE_DIR", str(tmp_path / "cache"))
+    ev = Evaluation(Job(repo=str(tmp_path), base_ref="main", head_ref="pr"), EvalSettings(), workdir=tmp_path / "w")
+
+    def gate(name, widening):
+        return GateResult(model="m", gate=name, metric="decode_tok_s", base_median=100.0, head_median=100.0,
+                          rel_change=0.0, ci_low=-0.01, ci_high=0.01, noise_floor=0.02, significant=False,
+                          regression=False, scored=True, n_pairs=1, floor_slower=0.02, floor_faster=0.02,
+                          floor_widening=widening)
+
+    r = ev.decide({"m": ModelOutcome(gates=[gate("decode@32", 1.0), gate("decode@128", 1.42)])})
+    notes = [n for n in r.notes if "widened" in n]
+    assert len(notes) == 1 and notes[0].startswith("m: noise floors widened ×1.42")
+    r = ev.decide({"m": ModelOutcome(gates=[gate("decode@32", 1.0)])})
+    assert not any("widened" in n for n in r.notes)
