@@ -85,7 +85,7 @@ def test_cache_keys_must_look_like_shas(tmp_path, monkeypatch, key):
 
 def test_a_revision_cannot_write_another_shas_cache(tmp_path, monkeypatch):
     """The attack: a PR plants cubins in main's cache, so main would later load the PR's kernels."""
-    if sandbox.detect_isolation().method != "bwrap":
+    if not sandbox.detect_isolation().method.startswith("bwrap"):  # "bwrap+seccomp+cgroup" on a full host
         pytest.skip("needs bubblewrap (Debian package bubblewrap): only bwrap confines writes")
     monkeypatch.setenv("TOKENGATE_CACHE_DIR", str(tmp_path / "cache"))
     own, other = compile_cache.compile_cache_dir("b" * 40), compile_cache.compile_cache_dir("a" * 40)
@@ -95,7 +95,7 @@ def test_a_revision_cannot_write_another_shas_cache(tmp_path, monkeypatch):
             "        open(os.path.join(d, 'planted'), 'w').write('x'); sys.stderr.write('WROTE ' + d + '\\n')\n"
             "    except OSError as e:\n"
             "        sys.stderr.write('DENIED ' + d + '\\n')\n")
-    spec = sandbox.SandboxSpec(scratch=tmp_path / "scratch", writable=[own],
+    spec = sandbox.SandboxSpec(scratch=tmp_path / "scratch", writable=[own], read_only=[sys.prefix, sys.base_prefix],
                                env_extra=compile_cache.compile_cache_env(own))
     p = sandbox.spawn([sys.executable, "-I", "-c", code, str(own), str(other)], spec, log_path=tmp_path / "log")
     p.stdin.close()
