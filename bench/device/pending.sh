@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU receipts still owed, one device call per step (each ends inside the 600 s call limit).
+# Run from the repository root on the GPU box, with carry [".whl", ".device"] (bench/device/make_kit.sh):
+#   bash bench/device/pending.sh checks      # issue 14: red-team suite, NVML idle probe, per-step logits
+#   bash bench/device/pending.sh calibrate   # issue 13: a fresh worker's self-calibration (repeat until done)
+#   bash bench/device/pending.sh placebo     # issues 13/19: A/A pairs beyond calibration (repeat)
+#   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat)
+#   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
+#   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
+# State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
+# warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
+# commit: the bench scripts check out the working tree (bench/tree_snapshot.py).
+set -uo pipefail
+step=${1:?step}
+T0=$(date +%s)
+left() { echo $(( ${1:-570} - ($(date +%s) - T0) )); }
+bash bench/device/setup.sh
+export PYTHONPATH=$PWD TOKENGATE_CACHE_DIR=/var/tmp/tgcache PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,uuid,memory.used --format=csv > "$OUT/gpu.txt"
+cal() { timeout $(( $(left) )) python3 bench/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
+          "$1" --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
+        python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report 2>&1 | tail -4
+        cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
+case $step in
+  checks)
+    timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
+    echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
+    timeout 60 python3 bench/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
+    timeout 150 python3 bench/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
+    tail -12 "$OUT/step-logits-0.8b.json" ;;
+  calibrate|placebo|detect) cal "$step" ;;
+  e2e)
+    timeout $(( $(left) )) python3 -m bench.gpu_e2e --out "$OUT" --budget-s $(( $(left) - 60 )) 2>&1 | tail -20 ;;
+  profile)
+    for shape in 0.8b 9b 27b; do
+      timeout $(( $(left) )) python3 bench/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10
+    done ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac
+ls -la "$OUT"
