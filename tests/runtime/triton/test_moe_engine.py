@@ -74,7 +74,7 @@ def test_engine_decode_and_prefill_match_the_reference(tiny_moe, device, monkeyp
     model, w = tiny_moe
     ref = Qwen35Reference(model.config, w)
     ref.routes = []
-    n = 6 if device == "cpu" else 64
+    n = 3 if device == "cpu" else 64  # 3 tokens x 4 layers of routes under the interpreter (CI time)
     ids = torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(5))
     want = ref.forward(ids, ref.new_state(), all_logits=True)
     chosen = []
@@ -89,7 +89,7 @@ def test_engine_decode_and_prefill_match_the_reference(tiny_moe, device, monkeyp
     L = model.config.n_layers
     ref_sets = [sorted(ref.routes[layer][t].tolist()) for t in range(n) for layer in range(L)]
     same = sum(a == b for a, b in zip(chosen, ref_sets)) / len(ref_sets)
-    assert same >= 0.95, same  # measured 1.0 on CPU (6 tokens)
+    assert same >= 0.95, same  # measured 1.0 on CPU (6 tokens; with 3, every one of the 12 routes must match)
     kl = _kl(want, got)
     # measured: mean 1.5e-3, max 8.9e-3 (the dense GEMVs' int8 x and the bf16 KV cache; routes identical)
     assert kl.mean() < 5e-3 and float((got.argmax(-1) == want.argmax(-1)).float().mean()) >= 0.95, kl
