@@ -260,7 +260,8 @@ def cpu_placebo(args) -> dict:
            "verdicts": rep.verdicts, "significant_evaluations": rep.significant_evaluations,
            "false_rejects": rep.false_rejects, "false_tiers": rep.false_tiers, "bound_per_evaluation": bound,
            "seconds_per_evaluation": rep.seconds_per_evaluation, "seconds": round(time.monotonic() - t0, 1),
-           "noise": rep.noise_table(), "process_pairs": rep.process_pairs}
+           "noise": rep.noise_table(), "process_pairs": rep.process_pairs,
+           "noise_scale_check": s.noise_scale_check, "widening_last_evaluation": rep.widening}
     print(f"CPU placebo (quick): {rep.evaluations} A/A evaluations after {calib} calibration pairs per gate")
     print(f"  verdicts {rep.verdicts}; evaluations with any significant gate: {rep.significant_evaluations}; "
           f"bound per evaluation {bound if bound is None else f'{bound:.1e}'}")

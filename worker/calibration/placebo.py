@@ -39,6 +39,7 @@ class PlaceboReport:
     bounds: dict[str, float | None] = field(default_factory=dict)
     process_pairs: list[int] = field(default_factory=list)  # per placebo evaluation
     calibrate: int = 0  # the first `calibrate` deltas of each gate are the calibration pairs
+    widening: dict[str, float] = field(default_factory=dict)  # the last evaluation's noise-ratio widening per gate
     significant_evaluations: int = 0
 
     @property
@@ -131,6 +132,7 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                          floors={g: v["floor"] for g, v in nulls.items()},
                          pairs_needed={g: v["pairs"] for g, v in nulls.items()},
                          bounds={g: v["bound"] for g, v in nulls.items()}, process_pairs=pairs_used,
+                         widening={g: v.get("widening", 1.0) for g, v in nulls.items()},
                          calibrate=calibrate, significant_evaluations=n_sig)
 
 
