@@ -45,6 +45,18 @@ def make_repo(root: Path, head: str | None = None, base: str | None = None) -> P
     return repo
 
 
+def clone_with_pr(root: Path, edit, message: str) -> tuple[Path, str]:
+    """A clone of THIS checkout (the real runtime) with branch `pr` = `edit(clone)` committed; (clone, base sha)."""
+    repo = root / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(Path(__file__).resolve().parents[2]), str(repo)],
+                   check=True)
+    base = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-b", "pr")
+    edit(repo)
+    _git(repo, "commit", "-q", "-am", message)
+    return repo, base
+
+
 def fake_model(path: Path, seed: int = 0) -> Path:
     path.write_bytes(b"FAKEGGUF" + seed.to_bytes(8, "little"))
     return path

@@ -1,16 +1,15 @@
 """The real tiny runtime on the CPU profile: a PR that scales every logit (a temperature bug) keeps
 every argmax, so top-1 cannot see it; the KL paired against base on the same prompts must REJECT it."""
-import subprocess
 from pathlib import Path
 
 from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
 from worker.records import Verdict
 
+from .conftest import clone_with_pr
 from .test_placebo import quick_settings
 
 REPO = Path(__file__).resolve().parents[2]
-
 KL_DRIFT_PATCH = '''
 
 # --- test PR: every logit scaled by 0.8 (argmax unchanged, KL to the reference up several-fold) ---
@@ -21,14 +20,11 @@ ReferenceEngine.decode = lambda self, t: _t_decode(self, t) * 0.8
 
 
 def test_real_runtime_kl_drift_is_rejected(tmp_path, cache):
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(repo)], check=True)
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([*git, "checkout", "-q", "-b", "pr"], check=True)
-    engine = repo / "runtime" / "engine.py"
-    engine.write_text(engine.read_text() + KL_DRIFT_PATCH)
-    subprocess.run([*git, "commit", "-q", "-am", "scale logits"], check=True)
+    def scale_logits(repo):
+        engine = repo / "runtime" / "engine.py"
+        engine.write_text(engine.read_text() + KL_DRIFT_PATCH)
+
+    repo, base = clone_with_pr(tmp_path, scale_logits, "scale logits")
     s = quick_settings()
     quick = s.profile_settings("quick")
     # guards only (the accuracy path is what is under test; the gates would only cost time)

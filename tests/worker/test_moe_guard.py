@@ -2,7 +2,6 @@
 
 A PR that breaks only the MoE path (the top-k router weights no longer renormalised, a classic MoE
 bug) leaves every dense model bit-identical, so only an MoE guard can see it."""
-import subprocess
 from pathlib import Path
 
 from runtime.config import MOE_ARCH, SHAPES
@@ -11,6 +10,7 @@ from worker.config import DEFAULT_PROFILES, ModelSpec
 from worker.pipeline import Job, evaluate
 from worker.records import Verdict
 
+from .conftest import clone_with_pr
 from .test_placebo import quick_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,16 +24,13 @@ def test_full_profile_guards_with_the_moe_sibling():
 
 
 def test_moe_only_bug_is_rejected_by_the_moe_guard(tmp_path, cache):
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(repo)], check=True)
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([*git, "checkout", "-q", "-b", "pr"], check=True)
-    ref = repo / "runtime" / "models" / "moe_ref.py"
-    text = ref.read_text()
-    assert text.count(UNNORMALISED[0]) == 1
-    ref.write_text(text.replace(*UNNORMALISED))
-    subprocess.run([*git, "commit", "-q", "-am", "moe: drop top-k renormalisation"], check=True)
+    def unnormalise(repo):
+        ref = repo / "runtime" / "models" / "moe_ref.py"
+        text = ref.read_text()
+        assert text.count(UNNORMALISED[0]) == 1
+        ref.write_text(text.replace(*UNNORMALISED))
+
+    repo, base = clone_with_pr(tmp_path, unnormalise, "moe: drop top-k renormalisation")
     s = quick_settings()
     quick = s.profile_settings("quick")
     dense = next(m for m in quick.models if m.role == "primary")
