@@ -151,6 +151,7 @@ class GateResultRow(Base):
     noise_floor: Mapped[float | None] = mapped_column(Float)
     floor_slower: Mapped[float | None] = mapped_column(Float)  # the one-sided floors (worker/records.py)
     floor_faster: Mapped[float | None] = mapped_column(Float)
+    floor_widening: Mapped[float] = mapped_column(Float, default=1.0, server_default="1.0")  # > 1: host noisier
     significant: Mapped[bool] = mapped_column(Boolean)
     regression: Mapped[bool] = mapped_column(Boolean)
     scored: Mapped[bool] = mapped_column(Boolean, default=False)
