@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from bot.enums import EvalState, InfraReason, WatchdogAction
 from bot.db.models import Evaluation, utcnow
 from bot.settings import Settings
-from worker.queue import heartbeat
-from worker.queue.app import GPU_QUEUE
+from worker.queue import auth, heartbeat
+from worker.queue.app import GPU_QUEUE, HEARTBEAT_TTL_CONF
 from worker.records import InfraKind
 
 log = logging.getLogger(__name__)
@@ -33,16 +33,21 @@ PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")  # kombu's Redis
 class TaskProbe:
     """Looks a task id up in Redis: heartbeat, queue lists, the unacked hash, the result backend."""
 
-    def __init__(self, celery: Celery):
+    def __init__(self, celery: Celery, worker_keys: dict[str, str] | None = None):
         self.celery = celery
         self.client, self.prefix = heartbeat.broker_redis(celery)
+        self.worker_keys = worker_keys or {}  # with keys, only a fresh heartbeat signed by the attempt's worker counts
+        self.ttl = float(celery.conf.get(HEARTBEAT_TTL_CONF) or heartbeat.TTL_S)
 
     @property
     def can_see(self) -> bool:
         return self.client is not None
 
-    def beating(self, task_id: str) -> bool:
-        return self.client is not None and heartbeat.is_alive(self.client, self.prefix, task_id)
+    def beating(self, task_id: str, claimed_by: str | None = None) -> bool:
+        if self.client is None:
+            return False
+        return heartbeat.is_alive(self.client, self.prefix, task_id, lambda raw: auth.beat_valid(
+            raw, task_id, self.worker_keys, now=time.time(), ttl=self.ttl, claimed_by=claimed_by))
 
     def in_broker(self, task_id: str) -> bool:
         """The message waits in the gpu queue or sits with a worker (reserved, prefetched, countdown)."""
@@ -76,6 +81,7 @@ class Finding:
     detail: str = ""
     context: dict = field(default_factory=dict)
     outcome: tuple[str, object] | None = None  # (celery state, result) for RECOVER
+    claimed_by: str | None = None  # the worker bound to the attempt: only its heartbeat counts on the recheck
 
 
 def _age(since: datetime | None, now: datetime) -> float | None:
@@ -105,10 +111,10 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
                                    f"(deadline {settings.eval_deadline_s:.0f} s)",
                                    {"limit_s": settings.eval_deadline_s}))
                 continue
-            if running_for <= grace or not probe.can_see or probe.beating(task):
+            if running_for <= grace or not probe.can_see or probe.beating(task, ev.claimed_by):
                 continue
         else:
-            if probe.beating(task):
+            if probe.beating(task, ev.claimed_by):
                 continue  # started; the "started" message is on its way
             if since_dispatch > settings.queue_deadline_s:
                 out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.QUEUE_TIMEOUT, InfraKind.TIMEOUT,
@@ -127,10 +133,11 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
         if ev.state is EvalState.RUNNING:
             out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.WORKER_LOST, InfraKind.WORKER_LOST,
                                f"no heartbeat from {ev.worker_host or 'its worker'} for more than {grace:.0f} s",
-                               {"worker": ev.worker_host}))
+                               {"worker": ev.worker_host}, claimed_by=ev.claimed_by))
         else:
             out.append(Finding(ev.id, task, WatchdogAction.LOST, InfraReason.MESSAGE_LOST, InfraKind.WORKER_LOST,
-                               f"task {task} is neither queued nor on a worker {since_dispatch:.0f} s after dispatch"))
+                               f"task {task} is neither queued nor on a worker {since_dispatch:.0f} s after dispatch",
+                               claimed_by=ev.claimed_by))
     return _confirmed(out, probe, recheck_s)
 
 
@@ -147,7 +154,7 @@ def _confirmed(findings: list[Finding], probe: TaskProbe, recheck_s: float) -> l
     def reappeared(f: Finding) -> bool:
         # A running task's message sits unacknowledged until its worker acks it, dead or alive: only the
         # heartbeat tells. A queued task may have been picked up meanwhile.
-        found = probe.beating(f.task_id) or probe.finished(f.task_id) is not None
+        found = probe.beating(f.task_id, f.claimed_by) or probe.finished(f.task_id) is not None
         return found or (f.reason is InfraReason.MESSAGE_LOST and probe.in_broker(f.task_id))
     return [f for f in findings if f.reason not in ABSENCE or not reappeared(f)]
 

@@ -6,7 +6,9 @@ own), so each test decides what the task is doing: waiting, beating, finished, o
 """
 from __future__ import annotations
 
+import json
 import secrets
+import time
 from datetime import timedelta
 
 import pytest
@@ -80,7 +82,7 @@ def start(service, ev: Evaluation, host: str = "gpu0@box") -> None:
 
 def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_celery, github, remote):
     app, client, prefix = quiet_celery
-    probe = watchdog.TaskProbe(app)
+    probe = watchdog.TaskProbe(app, service.settings.worker_keys)
     grace = service.settings.watchdog_lost_after_s
     repo = github.repos["codertocat/hello-world"]
     ev = open_pr(service, github, remote)
@@ -107,7 +109,8 @@ def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_cele
 
     # The retry starts and beats: alive, whatever the clock says (below the run deadline).
     start(service, retry)
-    beat = heartbeat.Heartbeat(client, prefix, retry.celery_task_id, "gpu0@box", interval=0.2).start()
+    beat = heartbeat.Heartbeat(client, prefix, retry.celery_task_id,
+                                 heartbeat.signed_value(retry.celery_task_id, "gpu0@box"), interval=0.2).start()
     try:
         assert find(service, probe, grace + 600) == []
     finally:
@@ -132,14 +135,14 @@ def test_lost_message_then_lost_worker_retries_then_gives_up(service, quiet_cele
 
 def test_overdue_run_and_queue_time_out_even_when_alive(service, quiet_celery, github, remote):
     app, client, prefix = quiet_celery
-    probe = watchdog.TaskProbe(app)
+    probe = watchdog.TaskProbe(app, service.settings.worker_keys)
     s = service.settings
     ev = open_pr(service, github, remote)
     (f,) = find(service, probe, s.queue_deadline_s + 1)  # the message is there, but nobody took it for a day
     assert (f.reason, f.kind, f.context["limit_s"]) == (InfraReason.QUEUE_TIMEOUT, InfraKind.TIMEOUT,
                                                         s.queue_deadline_s)
     start(service, ev)
-    beat = heartbeat.Heartbeat(client, prefix, ev.celery_task_id, "gpu0@box").start()
+    beat = heartbeat.Heartbeat(client, prefix, ev.celery_task_id, heartbeat.signed_value(ev.celery_task_id, "gpu0@box")).start()
     try:
         assert find(service, probe, s.eval_deadline_s - 60) == []
         (f,) = find(service, probe, s.eval_deadline_s + 1)  # alive, but hung past the deadline
@@ -160,7 +163,7 @@ def test_finished_task_whose_result_was_never_published_is_recovered(service, qu
     monkeypatch.setenv("TOKENGATE_WORKER_ID", WORKER_ID)
     monkeypatch.setenv("TOKENGATE_WORKER_KEY", WORKER_KEY)
     app, client, prefix = quiet_celery
-    probe = watchdog.TaskProbe(app)
+    probe = watchdog.TaskProbe(app, service.settings.worker_keys)
     ev = open_pr(service, github, remote)
     start(service, ev)
     from worker.queue.tasks import sign_result
@@ -180,7 +183,7 @@ def test_finished_task_whose_result_was_never_published_is_recovered(service, qu
 def test_message_held_by_a_worker_is_not_lost(service, quiet_celery, github, remote):
     """A worker that reserved the message (prefetch, countdown) holds it in kombu's unacked set, not the queue."""
     app, client, prefix = quiet_celery
-    probe = watchdog.TaskProbe(app)
+    probe = watchdog.TaskProbe(app, service.settings.worker_keys)
     ev = open_pr(service, github, remote)
     queue = Queue(GPU_QUEUE, Exchange(GPU_QUEUE), routing_key=GPU_QUEUE)
     with app.connection_for_read() as conn, conn.Consumer(queue, accept=["json"], prefetch_count=1) as consumer:
@@ -190,3 +193,38 @@ def test_message_held_by_a_worker_is_not_lost(service, quiet_celery, github, rem
         assert held and client.llen(f"{prefix}{GPU_QUEUE}") == 0
         assert probe.in_broker(ev.celery_task_id)
         assert find(service, probe, service.settings.watchdog_lost_after_s + 1) == []
+
+
+def test_only_a_fresh_heartbeat_signed_by_the_attempts_worker_keeps_it_alive(service, quiet_celery, github, remote,
+                                                                           monkeypatch):
+    """Every GPU worker can write the heartbeat keys. A value another worker forged, a bare hostname, a
+    tampered MAC or a copy replayed after the worker died must not keep a dead attempt looking alive."""
+    from tests.bot.conftest import WORKER_ID, WORKER_KEY
+    from worker.queue import auth
+
+    app, client, prefix = quiet_celery
+    ev = open_pr(service, github, remote)
+    task = ev.celery_task_id
+    keys = {WORKER_ID: WORKER_KEY, "other-gpu": "other-key"}
+    probe = watchdog.TaskProbe(app, keys)
+    k = heartbeat.key(prefix, task)
+
+    def beat(value):
+        client.set(k, value, px=5000)
+        return probe.beating(task), probe.beating(task, claimed_by=WORKER_ID)
+
+    now = time.time()
+    assert beat(auth.beat_value(task, "gpu0@box", now)) == (True, True)  # this worker's own, fresh
+    assert beat("gpu0@box") == (False, False)  # unsigned
+    stale = now - 2 * probe.ttl  # a value copied while it was alive, written again after it died
+    assert beat(auth.beat_value(task, "gpu0@box", stale)) == (False, False)
+    good = json.loads(auth.beat_value(task, "gpu0@box", now))
+    assert beat(json.dumps({**good, "t": now + 1})) == (False, False)  # restamped: MAC no longer fits
+    assert beat(auth.beat_value("another-task", "gpu0@box", now).replace("another-task", task)) == (False, False)
+    monkeypatch.setenv("TOKENGATE_WORKER_ID", "other-gpu")
+    monkeypatch.setenv("TOKENGATE_WORKER_KEY", "other-key")
+    # another known worker: alive only while the attempt is bound to nobody
+    assert beat(auth.beat_value(task, "gpu9@box", now)) == (True, False)
+    monkeypatch.setenv("TOKENGATE_WORKER_ID", "stranger")
+    assert beat(auth.beat_value(task, "gpu9@box", now)) == (False, False)  # a key the bot does not know
+    client.delete(k)

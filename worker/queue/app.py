@@ -98,7 +98,8 @@ def _announce_start(task_id=None, task=None, args=None, kwargs=None, **_):
     client, prefix = heartbeat.broker_redis(owner)
     if client is not None and task_id:
         ttl = float(owner.conf.get(HEARTBEAT_TTL_CONF) or heartbeat.TTL_S)
-        _heartbeats[task_id] = heartbeat.Heartbeat(client, prefix, task_id, task.request.hostname or "",
+        _heartbeats[task_id] = heartbeat.Heartbeat(client, prefix, task_id,
+                                                   heartbeat.signed_value(task_id, task.request.hostname or ""),
                                                    interval=ttl / 4, ttl=ttl).start()
     job = (args[0] if args else None) or (kwargs or {}).get("job") or {}
     if isinstance(job, dict) and "eval_id" in job:

@@ -1,5 +1,6 @@
 """What a GPU worker signs with its own key (TOKENGATE_WORKER_ID / TOKENGATE_WORKER_KEY; the bot knows each
-worker's key by id): the claim it sends when it starts an evaluation's attempt, and the attempt's result.
+worker's key by id): the claim it sends when it starts an evaluation's attempt, the attempt's heartbeat,
+and the attempt's result.
 
 The bot binds an attempt to the first worker whose signed claim (or result) it sees, and from then on
 accepts a result for that attempt only under that worker's key (bot/service.py). Both MACs cover the
@@ -29,6 +30,41 @@ def result_mac(key: str, result: dict, eval_id, task_id: str | None) -> str:
 def claim_mac(key: str, eval_id, task_id: str | None) -> str:
     """HMAC-SHA256 over ("claim", evaluation, task): this worker has started this attempt."""
     return _mac(key, ["claim", eval_id, task_id])
+
+
+def beat_mac(key: str, task_id: str, t: float) -> str:
+    """HMAC-SHA256 over ("alive", task, time): this worker was running this attempt at time t."""
+    return _mac(key, ["alive", task_id, round(t, 3)])
+
+
+def beat_value(task_id: str, hostname: str, now: float) -> str:
+    """The heartbeat key's value: signed with this worker's key and stamped, else the bare hostname. Every GPU
+    worker can write the heartbeat keys (one ACL pattern), so an unsigned value proves nothing."""
+    mine = own_key()
+    if mine is None:
+        return hostname
+    t = round(now, 3)
+    return json.dumps({"worker": mine[0], "host": hostname[:200], "t": t, "mac": beat_mac(mine[1], task_id, t)})
+
+
+def beat_valid(raw: bytes | str | None, task_id: str, keys: dict[str, str], *, now: float, ttl: float,
+               claimed_by: str | None = None) -> bool:
+    """Whether a heartbeat value shows the attempt alive: with worker keys configured, only a fresh value
+    (stamped within `ttl` of now, so a copy replayed after the worker died expires) signed by a known worker — the
+    one that claimed the attempt, once one has — counts. Without keys (embedded, development) any value does."""
+    if raw is None:
+        return False
+    if not keys:
+        return True
+    try:
+        v = json.loads(raw)
+        worker, t, mac = str(v["worker"]), float(v["t"]), str(v["mac"])
+    except (ValueError, TypeError, KeyError):
+        return False
+    key = keys.get(worker)
+    if key is None or (claimed_by is not None and worker != claimed_by) or not (now - ttl <= t <= now + ttl):
+        return False
+    return hmac.compare_digest(mac, beat_mac(key, task_id, t))
 
 
 def own_key() -> tuple[str, str] | None:

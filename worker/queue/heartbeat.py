@@ -2,12 +2,18 @@
 
 The key expires `TTL_S` after the last refresh, so a worker that vanished (killed, OOM, host lost)
 stops looking alive within that time, whatever its pool. The bot's watchdog reads the keys; this
-side only needs the broker (no credentials).
+side only needs the broker (no credentials). Each value is stamped and signed with the worker's own key
+(worker/queue/auth.py beat_value): another GPU worker can write the key but cannot keep a dead attempt
+looking alive.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Callable
+
+from worker.queue import auth
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +38,7 @@ def broker_redis(celery_app):
 class Heartbeat:
     """Refreshes `key(prefix, task_id)` every `interval` seconds until stopped (then deletes it)."""
 
-    def __init__(self, client, prefix: str, task_id: str, value: str, interval: float = INTERVAL_S,
+    def __init__(self, client, prefix: str, task_id: str, value: str | Callable[[], str], interval: float = INTERVAL_S,
                  ttl: float = TTL_S):
         self.client, self.key, self.value = client, key(prefix, task_id), value
         self.interval, self.ttl = interval, ttl
@@ -46,7 +52,8 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
-            self.client.set(self.key, self.value, px=max(1, int(self.ttl * 1000)))
+            value = self.value() if callable(self.value) else self.value  # a fresh stamp each beat
+            self.client.set(self.key, value, px=max(1, int(self.ttl * 1000)))
         except Exception:  # noqa: BLE001 - a broker hiccup must not fail the evaluation
             log.warning("heartbeat %s: could not refresh", self.key, exc_info=True)
 
@@ -63,5 +70,12 @@ class Heartbeat:
             log.warning("heartbeat %s: could not delete", self.key, exc_info=True)
 
 
-def is_alive(client, prefix: str, task_id: str) -> bool:
-    return bool(client.exists(key(prefix, task_id)))
+def is_alive(client, prefix: str, task_id: str, valid: Callable[[bytes | None], bool] | None = None) -> bool:
+    """The key exists (and, with `valid`, its value passes it: worker/queue/auth.py beat_valid)."""
+    if valid is None:
+        return bool(client.exists(key(prefix, task_id)))
+    return valid(client.get(key(prefix, task_id)))
+
+
+def signed_value(task_id: str, hostname: str) -> Callable[[], str]:
+    return lambda: auth.beat_value(task_id, hostname, time.time())
