@@ -221,6 +221,9 @@ def test_only_a_fresh_heartbeat_signed_by_the_attempts_worker_keeps_it_alive(ser
     good = json.loads(auth.beat_value(task, "gpu0@box", now))
     assert beat(json.dumps({**good, "t": now + 1})) == (False, False)  # restamped: MAC no longer fits
     assert beat(auth.beat_value("another-task", "gpu0@box", now).replace("another-task", task)) == (False, False)
+    for junk in ("[1]", "null", '{"worker": "test-gpu", "t": "nan", "mac": "x"}', json.dumps({**good, "mac": "é"}),
+                 b"\xff\xfe"):  # whatever a GPU worker writes, the watchdog answers (and does not crash)
+        assert beat(junk) == (False, False), junk
     monkeypatch.setenv("TOKENGATE_WORKER_ID", "other-gpu")
     monkeypatch.setenv("TOKENGATE_WORKER_KEY", "other-key")
     # another known worker: alive only while the attempt is bound to nobody

@@ -187,6 +187,31 @@ def test_gpu_memory_is_read_once_per_role_and_context_in_ascending_order():
     assert len(reads) == 4
 
 
+class BusyWhenIdle(FakeProc):
+    """Uses `per_read` s of CPU between any two reads of its CPU clock (the sweep reads it around every
+    timed request of the other revision): work it does after answering."""
+
+    def __init__(self, role, per_read):
+        super().__init__(role)
+        self.per_read, self.used = per_read, 0.0
+
+    def cpu_seconds(self):
+        self.used += self.per_read
+        return self.used
+
+
+@pytest.mark.parametrize("per_read,caught", [(0.002, False), (0.05, True)])
+def test_work_deferred_past_the_answer_is_named(per_read, caught):
+    """A few ms of bookkeeping per request is an honest process; tens of ms is work moved off its own clock."""
+    procs = {"base": FakeProc("base"), "head": BusyWhenIdle("head", per_read)}
+    if not caught:
+        run_sweep(procs, GATES, vocab=50, model_sha="x", pairs=4, warmup=0, timeout=5)
+        return
+    with pytest.raises(RevisionFault) as e:
+        run_sweep(procs, GATES, vocab=50, model_sha="x", pairs=4, warmup=0, timeout=5)
+    assert e.value.role == "head" and "kept computing after answering" in e.value.detail
+
+
 def test_a_context_that_does_not_fit_is_named():
     procs = {"base": FakeProc("base"), "head": FakeProc("head", fail_at=4096)}
     with pytest.raises(RevisionFault) as e:

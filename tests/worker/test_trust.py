@@ -53,7 +53,7 @@ def test_self_calibration_records_pairs_and_resumes(tmp_path, cache):
     p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
     p = p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
                                                                        "prefill_contexts": [64]})]})
-    s = make_settings(p, **LOOSE)
+    s = make_settings(p, false_significance_rate=0.05)  # the fewest pairs that reach it: 5
     store = AAStore(tmp_path / "aa.sqlite")
     part = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD, budget_s=0.0)
     assert not part.done and part.pairs_recorded == 1 and "run again" in part.stopped

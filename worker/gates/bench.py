@@ -21,6 +21,12 @@ from worker.harness.client import RevisionFault, RevisionProcess
 from worker.records import InfraKind
 
 
+# CPU an honest revision may use per request of the other one while it is not frozen (the moments around
+# the freeze: returning from its handler, reading the next frame). CI saw 30 ms over 8 fake requests; the
+# red-team hog defers 100 ms per answer.
+IDLE_CPU_PER_REQUEST_S = 0.005
+
+
 @dataclass(frozen=True)
 class GateSpec:
     name: str
@@ -230,6 +236,7 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 read_memory(r, c)
     idle_cpu = {r: 0.0 for r in roles}  # CPU a revision used while the other one was being timed
     window = {r: 0.0 for r in roles}
+    timed = {r: 0 for r in roles}  # timed requests per revision
     for rep in range(pairs):
         for c in contexts:
             runs: dict[tuple[str, str], list[Sample]] = {}
@@ -240,6 +247,7 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                     c0 = other.cpu_seconds()
                     samples = measure(r, c, rep, i, "measure")
                     c1 = other.cpu_seconds()
+                    timed[r] += 1
                     if i == inner - 1:
                         read_memory(r, c)
                     if c0 is not None and c1 is not None:
@@ -255,8 +263,9 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 on_step()
     for r in roles:
         other = roles[1 - roles.index(r)]
-        # Allow a fifth of the other side's timed time (an idle process uses none).
-        if idle_cpu[r] > 0.2 * window[other] + 0.01:
+        # Allow a fifth of the other side's timed time (an idle process uses none), plus what an honest process
+        # spends finishing each answer in the moments it is not frozen.
+        if idle_cpu[r] > 0.2 * window[other] + IDLE_CPU_PER_REQUEST_S * timed[other] + 0.01:
             raise RevisionFault(r, "measure", "protocol",
                                 f"kept computing after answering: {idle_cpu[r]:.2f} s of CPU while the other "
                                 f"revision was timed for {window[other]:.2f} s (work deferred past the answer)")

@@ -64,7 +64,7 @@ def beat_valid(raw: bytes | str | None, task_id: str, keys: dict[str, str], *, n
     key = keys.get(worker)
     if key is None or (claimed_by is not None and worker != claimed_by) or not (now - ttl <= t <= now + ttl):
         return False
-    return hmac.compare_digest(mac, beat_mac(key, task_id, t))
+    return hmac.compare_digest(mac.encode(), beat_mac(key, task_id, t).encode())  # bytes: a non-ASCII str would raise
 
 
 def own_key() -> tuple[str, str] | None:
