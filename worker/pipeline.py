@@ -295,7 +295,11 @@ class Evaluation:
                         {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3)})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
-                yield {r: procs[r] for r in ("base", "head")}
+                try:
+                    yield {r: procs[r] for r in ("base", "head")}
+                finally:
+                    for r in order:  # both wind down at once; the stack then waits for each
+                        procs[r].ask_exit()
         except RevisionFault as f:
             raise classify(f, spec.name, self._memory_context(procs)) from f
 
