@@ -194,7 +194,8 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
         gate_max_process_pairs={"prefill@4096": 8},  # the shortest prefill is the noisiest
     ),
     # standard plus the long contexts: prefill 64k/128k (the seed bot once read 0.0 tok/s at 128k
-    # and passed; here a context that does not fit is named in the verdict) and decode 64k; and the MoE sibling as a third guard.
+    # and passed; here a context that does not fit is named in the verdict) and decode 64k; and the MoE
+    # sibling as a third guard.
     "full": ProfileSettings(
         device="cuda",
         memory_limit_bytes=None,

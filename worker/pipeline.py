@@ -295,11 +295,7 @@ class Evaluation:
                         {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3)})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
-                try:
-                    yield {r: procs[r] for r in ("base", "head")}
-                finally:
-                    for r in order:  # both wind down at once; the stack then waits for each
-                        procs[r].ask_exit()
+                yield {r: procs[r] for r in ("base", "head")}
         except RevisionFault as f:
             raise classify(f, spec.name, self._memory_context(procs)) from f
 

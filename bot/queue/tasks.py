@@ -194,7 +194,8 @@ def reap_lost_evaluations() -> list[str]:
     from bot.queue import watchdog
     service = Service()
     with session_scope() as session:
-        findings = watchdog.inspect_active(session, service.settings, watchdog.TaskProbe(service.celery, service.settings.worker_keys))
+        probe = watchdog.TaskProbe(service.celery, service.settings.worker_keys)
+        findings = watchdog.inspect_active(session, service.settings, probe)
     outcomes = []
     for finding in findings:  # one transaction each: one failure does not hold up the others
         try:

@@ -142,7 +142,8 @@ def test_overdue_run_and_queue_time_out_even_when_alive(service, quiet_celery, g
     assert (f.reason, f.kind, f.context["limit_s"]) == (InfraReason.QUEUE_TIMEOUT, InfraKind.TIMEOUT,
                                                         s.queue_deadline_s)
     start(service, ev)
-    beat = heartbeat.Heartbeat(client, prefix, ev.celery_task_id, heartbeat.signed_value(ev.celery_task_id, "gpu0@box")).start()
+    beat = heartbeat.Heartbeat(client, prefix, ev.celery_task_id,
+                               heartbeat.signed_value(ev.celery_task_id, "gpu0@box")).start()
     try:
         assert find(service, probe, s.eval_deadline_s - 60) == []
         (f,) = find(service, probe, s.eval_deadline_s + 1)  # alive, but hung past the deadline
@@ -195,8 +196,8 @@ def test_message_held_by_a_worker_is_not_lost(service, quiet_celery, github, rem
         assert find(service, probe, service.settings.watchdog_lost_after_s + 1) == []
 
 
-def test_only_a_fresh_heartbeat_signed_by_the_attempts_worker_keeps_it_alive(service, quiet_celery, github, remote,
-                                                                           monkeypatch):
+def test_only_a_fresh_heartbeat_signed_by_the_attempts_worker_keeps_it_alive(service, quiet_celery, github,
+                                                                           remote, monkeypatch):
     """Every GPU worker can write the heartbeat keys. A value another worker forged, a bare hostname, a
     tampered MAC or a copy replayed after the worker died must not keep a dead attempt looking alive."""
     from tests.bot.conftest import WORKER_ID, WORKER_KEY

@@ -14,7 +14,8 @@ from .conftest import clone_with_pr
 from .test_placebo import quick_settings
 
 REPO = Path(__file__).resolve().parents[2]
-UNNORMALISED = ("    return top / top.sum(-1, keepdim=True), ids\n", "    return top, ids  # test PR: no renormalisation\n")
+UNNORMALISED = ("    return top / top.sum(-1, keepdim=True), ids\n",
+                "    return top, ids  # test PR: no renormalisation\n")
 
 
 def test_full_profile_guards_with_the_moe_sibling():

@@ -103,8 +103,9 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
                                    for g in gates})
                     per.append(round(time.monotonic() - tp, 3))
                     if phases is not None:
-                        phases.append({"model": spec.name, "start_load": round(tg - tp, 2), "guards": round(ts - tg, 2),
-                                       "sweep": round(te - ts, 2), "stop": round(time.monotonic() - te, 2)})
+                        phases.append({"model": spec.name, "start_load": round(tg - tp, 2),
+                                       "guards": round(ts - tg, 2), "sweep": round(te - ts, 2),
+                                       "stop": round(time.monotonic() - te, 2)})
             if stopped:
                 break
     finally:

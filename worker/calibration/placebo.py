@@ -39,7 +39,7 @@ class PlaceboReport:
     bounds: dict[str, float | None] = field(default_factory=dict)
     process_pairs: list[int] = field(default_factory=list)  # per placebo evaluation
     calibrate: int = 0  # the first `calibrate` deltas of each gate are the calibration pairs
-    widening: dict[str, float] = field(default_factory=dict)  # the last evaluation's noise-ratio widening per gate
+    widening: dict[str, float] = field(default_factory=dict)  # per gate: the last evaluation's floor widening
     significant_evaluations: int = 0
 
     @property

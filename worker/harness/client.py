@@ -138,29 +138,14 @@ class RevisionProcess:
             except (OSError, sandbox.cgroups.CgroupError) as exc:
                 raise RevisionFault(self.role, "measure", "sandbox", f"could not {'freeze' if on else 'thaw'}: {exc}")
 
-    def ask_exit(self) -> None:
-        """Tell the revision to exit without waiting (close() waits): a pair's two processes then wind
-        down at the same time instead of one after the other."""
-        if self.proc is None or self.proc.returncode is not None or getattr(self, "_exit_asked", False):
-            return
-        try:
-            self.freeze(False)
-            self._account()
-            self._send({"op": "exit", "seq": -1})
-            self._exit_asked = True
-        except (RevisionFault, OSError):
-            pass
-
     def close(self) -> None:
         if self.proc is None:
             return
         if self.proc.returncode is None:
-            if not getattr(self, "_exit_asked", False):
-                self.freeze(False)
-                self._account()
+            self.freeze(False)
+            self._account()
             try:
-                if not getattr(self, "_exit_asked", False):
-                    self._send({"op": "exit", "seq": -1})
+                self._send({"op": "exit", "seq": -1})
                 self._reader.read(5.0)
             except (RevisionFault, frames.FrameError, OSError):
                 pass

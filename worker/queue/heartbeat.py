@@ -38,8 +38,8 @@ def broker_redis(celery_app):
 class Heartbeat:
     """Refreshes `key(prefix, task_id)` every `interval` seconds until stopped (then deletes it)."""
 
-    def __init__(self, client, prefix: str, task_id: str, value: str | Callable[[], str], interval: float = INTERVAL_S,
-                 ttl: float = TTL_S):
+    def __init__(self, client, prefix: str, task_id: str, value: str | Callable[[], str],
+                 interval: float = INTERVAL_S, ttl: float = TTL_S):
         self.client, self.key, self.value = client, key(prefix, task_id), value
         self.interval, self.ttl = interval, ttl
         self._stop = threading.Event()
