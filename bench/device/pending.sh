@@ -11,7 +11,8 @@
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
 # commit: the bench scripts check out the working tree (bench/tree_snapshot.py).
 set -uo pipefail
-step=${1:?step}
+# Several steps may share one call (`pending.sh checks calibrate`): one clock for all of them.
+[ $# -ge 1 ] || { echo "usage: pending.sh STEP..."; exit 2; }
 T0=$(date +%s)
 left() { echo $(( ${1:-570} - ($(date +%s) - T0) )); }
 bash bench/device/setup.sh
@@ -22,6 +23,8 @@ cal() { timeout $(( $(left) )) python3 bench/gpu_calibration.py --state /var/tmp
           "$1" --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
         python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
+for step in "$@"; do
+[ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
 case $step in
   checks)
     timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
@@ -38,4 +41,7 @@ case $step in
     done ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
+done
+# At most 8 files come back: the logs travel as one archive beside the receipts.
+(cd "$OUT" && ls *.log *.txt >/dev/null 2>&1 && tar czf logs.tgz *.log *.txt && rm -f *.log *.txt)
 ls -la "$OUT"
