@@ -137,7 +137,9 @@ def step_calibrate(st: State, args) -> bool:
     c.update(done=run.done, key=run.key, target=run.target, after=run.after)
     c["minutes"] = round(c["seconds"] / 60, 2)
     c["within_15_min"] = c["seconds"] <= 900 if run.done else None
-    st.data["calibration_n"] = min(run.target.values())
+    # Each gate's history when calibration ended: the floors a worker would judge with from then on
+    # (every gate of a model gets every pair, so a gate may hold more than its own target).
+    st.data["calibration_n"] = dict(run.after)
     st.save()
     print(f"calibrate: {run.pairs_recorded} pairs in {run.seconds:.0f} s (total {c['seconds']:.0f} s over "
           f"{c['pieces']} piece(s)); done={run.done} {run.stopped or ''}")
@@ -146,15 +148,35 @@ def step_calibrate(st: State, args) -> bool:
 
 def _deltas(st: State, ev_like: dict) -> dict[str, list[float]]:
     """Every A/A delta of each gate under this worker's key, oldest first."""
+    return pooled_deltas(st.store.path, st.data["profile"], ev_like, host=st.data["calibrate"]["key"]).get(
+        st.data["calibrate"]["key"], {k: [] for k in ev_like})
+
+
+def pooled_deltas(path, profile: str, ev_like: dict, host: str | None = None) -> dict[str, dict[str, list[float]]]:
+    """{host key: {"model gate": deltas oldest first}} of one history file (only `host`, if given),
+    for the same profile and measurement protocol: other runs' cards, to pool into the placebo."""
     import sqlite3
 
-    out = {}
-    db = sqlite3.connect(st.store.path)
-    for name, (model, gate, protocol) in ev_like.items():
-        rows = db.execute("SELECT delta FROM pair_delta WHERE host=? AND profile=? AND protocol=? AND model=? "
-                          "AND gate=? ORDER BY created", (st.data["calibrate"]["key"], st.data["profile"], protocol,
-                                                          model, gate)).fetchall()
-        out[name] = [r[0] for r in rows]
+    out: dict[str, dict[str, list[float]]] = {}
+    db = sqlite3.connect(path)
+    try:
+        for name, (model, gate, protocol) in ev_like.items():
+            q = "SELECT host, delta FROM pair_delta WHERE profile=? AND protocol=? AND model=? AND gate=?"
+            args = [profile, protocol, model, gate]
+            if host is not None:
+                q, args = q + " AND host=?", args + [host]
+            for h, d in db.execute(q + " ORDER BY created", args).fetchall():
+                out.setdefault(h, {k: [] for k in ev_like})[name].append(d)
+    finally:
+        db.close()
+    return out
+
+
+def by_model(names) -> dict[str, list[str]]:
+    """"model gate" names grouped by model: each model's gates share every pair (and evaluation)."""
+    out: dict[str, list[str]] = {}
+    for k in names:
+        out.setdefault(k.split(" ", 1)[0], []).append(k)
     return out
 
 
@@ -174,14 +196,22 @@ def _nulls(hist: dict[str, list[float]], s: EvalSettings, ev) -> dict:
                          uncalibrated_floor=s.noise_floor_uncalibrated) for k, v in hist.items()}
 
 
+def calibration_n(st: State) -> dict[str, int]:
+    """A/A pairs per gate ("model gate") that calibration left; the ones after them are the placebo."""
+    n = st.data["calibration_n"]
+    if isinstance(n, int):  # states written before 2026-12-02 kept one number (the smallest target)
+        return {k: n for k in st.data["calibrate"]["after"]}
+    return n
+
+
 def step_placebo(st: State, args) -> bool:
     if not st.data.get("calibrate", {}).get("done"):
         print("placebo: calibrate first")
         return False
-    repo = st.dir / "repo"
+    repo = setup(st, st.data["profile"])  # a state restored on a fresh box has no clone yet
     s = settings(st, args)
-    n_cal = st.data["calibration_n"]
-    s2 = s.model_copy(update={"calibration_pairs_target": n_cal + args.placebo_pairs})
+    n_cal = calibration_n(st)
+    s2 = s.model_copy(update={"calibration_pairs_target": max(n_cal.values()) + args.placebo_pairs})
     run = calibrate_pairs(str(repo), st.data["main"], s2, store=st.store, budget_s=args.budget,
                           base_sha=st.data["main"], trusted_root=ROOT, workdir=st.dir / "work")
     p = st.data.setdefault("placebo", {"seconds": 0.0, "pairs": 0})
@@ -193,20 +223,35 @@ def step_placebo(st: State, args) -> bool:
     return run.done
 
 
-def placebo_figures(st: State, s: EvalSettings) -> dict:
+def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
+    """This card's A/A pairs after calibration (and every pair of the `pool`ed histories: other runs'
+    H200s, each judged apart, since one evaluation runs on one card) read as A/A evaluations
+    against this card's calibration floors, model by model (a model's gates share its pairs); then
+    the bound and floors all the pairs together support."""
+    import numpy as np
+
     ev, names = _gates(st, s)
-    hist = _deltas(st, names)
-    n_cal = st.data["calibration_n"]
-    nulls = _nulls({k: v[:n_cal] for k, v in hist.items()}, s, ev)
-    evals = judge_blocks({k: v[n_cal:] for k, v in hist.items()}, nulls)
-    sig = sum(any(e[k] != 0 for k in names) for e in evals)
+    mine = _deltas(st, names)
+    n_cal = calibration_n(st)
+    nulls = _nulls({k: v[:n_cal[k]] for k, v in mine.items()}, s, ev)
+    others: dict[str, dict[str, list[float]]] = {}
+    for path in pool:  # a card found in two files (a copy of a history) counts once
+        for h, d in pooled_deltas(path, st.data["profile"], names).items():
+            if h != st.data["calibrate"]["key"] and h not in others:
+                others[h] = d
+    series = [{k: v[n_cal[k]:] for k, v in mine.items()}] + list(others.values())
+    models = {}
+    for model, gates in by_model(names).items():
+        evals = [e for d in series for e in judge_blocks({k: d[k] for k in gates}, {k: nulls[k] for k in gates})]
+        sig = sum(any(e[k] != 0 for k in gates) for e in evals)
+        models[model] = {"evaluations": len(evals), "significant": sig,
+                         "placebo_pairs": min(sum(len(d[k]) for d in series) for k in gates)}
     bound = sum(n.bound for n in nulls.values()) if all(n.calibrated for n in nulls.values()) else None
+    hist = {k: mine[k] + [x for d in others.values() for x in d[k]] for k in names}
     full = _nulls(hist, s, ev)
     rate = s.false_significance_rate / ev.gate_count() / 2
     supported = {}
     for k, v in hist.items():
-        import numpy as np
-
         null = full[k]
         d = choose_design(len(v), rate, ev.profile.max_pairs_for(k.split(" ", 1)[1]))
         supported[k] = {"n": len(v), "bound": null.bound, "pairs": null.pairs, "rank": null.rank,
@@ -214,10 +259,18 @@ def placebo_figures(st: State, s: EvalSettings) -> dict:
                         "aa_sd": float(np.std(v, ddof=1)) if len(v) > 2 else None,
                         "mdc_90_estimate": (math.expm1(d.mdc_sd * float(np.std(v, ddof=1)))
                                             if d and len(v) > 2 else None)}
-    return {"calibration_pairs_per_gate": n_cal, "placebo_pairs_per_gate": {k: len(v) - n_cal for k, v in hist.items()},
-            "placebo_evaluations": len(evals), "significant_evaluations": sig,
+    n_eval = min((m["evaluations"] for m in models.values()), default=0)
+    return {"calibration_pairs_per_gate": n_cal,
+            "placebo_pairs_per_gate": {k: len(mine[k]) - n_cal[k] + sum(len(d[k]) for d in others.values())
+                                       for k in names},
+            "pooled_hosts": {h: min(len(v) for v in d.values()) for h, d in others.items()},
+            "per_model": models,
+            # an evaluation runs every model: at most the fewest any model was judged on
+            "placebo_evaluations": n_eval,
+            "significant_evaluations": sum(m["significant"] for m in models.values()),
             "bound_per_evaluation_at_calibration": bound,
-            "false_significance_observed": sig / len(evals) if evals else None,
+            "false_significance_observed": (sum(m["significant"] / m["evaluations"] for m in models.values())
+                                            if n_eval else None),  # union over models: an upper figure
             "supported_by_whole_history": supported,
             "bound_per_evaluation_whole_history": sum(x["bound"] for x in supported.values())
             if all(x["bound"] is not None for x in supported.values()) else None}
@@ -280,7 +333,8 @@ def report(st: State, args) -> Path:
     s = settings(st, args)
     out = {"kind": "gpu_calibration", "profile": st.data.get("profile"), "main": st.data.get("main"),
            "false_significance_rate": s.false_significance_rate, "calibration": st.data.get("calibrate"),
-           "placebo": placebo_figures(st, s) if st.data.get("calibrate", {}).get("done") else None,
+           "placebo": (placebo_figures(st, s, [Path(x) for x in args.pool])
+                       if st.data.get("calibrate", {}).get("done") else None),
            "detection": detect_figures(st, s) if st.data.get("detect") else None,
            "host": __import__("worker.calibration.key", fromlist=["key_facts"]).key_facts(s.profile_settings().device),
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
@@ -292,9 +346,10 @@ def report(st: State, args) -> Path:
     print(f"calibration: {c.get('pairs')} A/A pairs, {c.get('minutes')} min (<= 15: {c.get('within_15_min')})")
     if out["placebo"]:
         p = out["placebo"]
-        print(f"placebo: {p['significant_evaluations']}/{p['placebo_evaluations']} A/A evaluations significant; "
-              f"bound {p['bound_per_evaluation_at_calibration']}; whole history supports "
-              f"{p['bound_per_evaluation_whole_history']}")
+        per = ", ".join(f"{m} {d['significant']}/{d['evaluations']} ({d['placebo_pairs']} pairs)"
+                        for m, d in p["per_model"].items())
+        print(f"placebo: significant A/A evaluations {per}; bound {p['bound_per_evaluation_at_calibration']}; "
+              f"whole history supports {p['bound_per_evaluation_whole_history']}; pooled {p['pooled_hosts']}")
     for b, d in (out["detection"] or {}).items():
         print(f"{b}: " + ", ".join(f"{k} {v:.0%}" for k, v in d["detected_slower"].items() if v is not None))
     print(f"receipt: {path}")
@@ -309,6 +364,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=520.0, help="seconds per piece (<= 9 min)")
     ap.add_argument("--placebo-pairs", type=int, default=50)
     ap.add_argument("--detect-pairs", type=int, default=12)
+    ap.add_argument("--pool", nargs="*", default=[],
+                    help="history files of earlier runs (other cards) to pool into the placebo figures")
     ap.add_argument("--out", default=str(ROOT / "bench" / "receipts"))
     ap.add_argument("step", choices=["calibrate", "placebo", "detect", "report", "all"])
     args = ap.parse_args(argv)

@@ -7,6 +7,7 @@
 #   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat)
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
+#   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
 # commit: the bench scripts check out the working tree (bench/tree_snapshot.py).
@@ -19,9 +20,20 @@ bash bench/device/setup.sh
 export PYTHONPATH=$PWD TOKENGATE_CACHE_DIR=/var/tmp/tgcache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,uuid,memory.used --format=csv > "$OUT/gpu.txt"
-cal() { timeout $(( $(left) )) python3 bench/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
+# A fresh box continuing the placebo or detection: the committed state of an earlier card (its calibration
+# gives the floors; this card's pairs are pooled in as another card's).
+restore() {
+  [ -f /var/tmp/cal/state.json ] && return 0
+  local st; st=$(ls bench/receipts/cal-state-h200-*.json 2>/dev/null | tail -1); [ -n "$st" ] || return 0
+  local tag; tag=$(basename "$st" .json); tag=${tag#cal-state-h200-}
+  mkdir -p /var/tmp/cal && cp "$st" /var/tmp/cal/state.json \
+    && cp "bench/receipts/aa-history-h200-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1
+  echo "restored $st"; }
+cal() { [ "$1" = calibrate ] || restore
+        timeout $(( $(left) )) python3 bench/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
           "$1" --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
-        python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report 2>&1 | tail -4
+        python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
+          bench/receipts/aa-history-h200-*.sqlite 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
@@ -36,9 +48,12 @@ case $step in
   e2e)
     timeout $(( $(left) )) python3 -m bench.gpu_e2e --out "$OUT" --budget-s $(( $(left) - 60 )) 2>&1 | tail -20 ;;
   profile)
-    for shape in 0.8b 9b 27b; do
+    for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
       timeout $(( $(left) )) python3 bench/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10
     done ;;
+  gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
+    timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
+      --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
 done
