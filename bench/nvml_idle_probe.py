@@ -9,6 +9,11 @@
 2. Frozen with kernels queued: the child enqueues ~2 s of matmuls without synchronising, then is
    stopped (SIGSTOP, what cgroup.freeze does to its threads); the samples show whether its kernels
    keep the SMs busy while it is frozen (why the parent checks NVML and not the revision's word).
+3. Idle after busy, read as the worker reads it: samples asked for with lastSeenTimeStamp = a moment
+   after the child's last kernel (worker/telemetry.py process_utilization(since)). Polled with 0
+   (steps 1-2), the H200's smUtil behaves as busy time over the time since the process began,
+   decaying for seconds after the last kernel (nvml-idle-probe-20261202T174227Z.json); this step
+   shows whether a `since` window reports that residue (it would void honest idle revisions) or not.
 """
 from __future__ import annotations
 
@@ -43,11 +48,12 @@ else:  # queue: time one matmul, then enqueue `secs` worth without synchronising
 """
 
 
-def poll(nv, h, pid, seconds):
+def poll(nv, h, pid, seconds, since=None):
+    """Distinct samples for `seconds`; `since` (epoch s): each call asks only for samples after it."""
     seen, out, t_end = set(), [], time.time() + seconds
     while time.time() < t_end:
         try:
-            samples = nv.nvmlDeviceGetProcessUtilization(h, 0)
+            samples = nv.nvmlDeviceGetProcessUtilization(h, int(since * 1e6) if since else 0)
         except nv.NVMLError as exc:
             samples = []
             if "Not Found" not in str(exc):
@@ -86,6 +92,15 @@ def main():
                        "last_busy_sample_after_end_s": (max(s["ts"] for s in busy) - end) if busy else None,
                        "ts_minus_poll_s": [round(s["ts"] - s["polled"], 4) for s in mine][:20]}
 
+    p = subprocess.Popen([sys.executable, "-c", CHILD, "busy", "2"], stdout=subprocess.PIPE, text=True)
+    end = float(p.stdout.readline().split()[1])  # its last kernel has finished; it sleeps 3 s now
+    since = end + 0.05
+    after = poll(nv, h, p.pid, 2.5, since=since)
+    p.wait()
+    rec["idle_after_busy_since"] = {
+        "busy_end": end, "since": since, "samples": after,
+        "nonzero_samples_of_idle_child": [s for s in after if s.get("ours") and s["sm"] > 0]}
+
     q = subprocess.Popen([sys.executable, "-c", CHILD, "queue", "2.5"], stdout=subprocess.PIPE, text=True)
     line = q.stdout.readline().split()
     os.kill(q.pid, signal.SIGSTOP)
@@ -102,6 +117,7 @@ def main():
     path = args.out / f"nvml-idle-probe-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec["sampling"].items() if k != "samples"}, indent=1))
+    print("idle child, nonzero with since:", len(rec["idle_after_busy_since"]["nonzero_samples_of_idle_child"]))
     print("busy while stopped:", rec["frozen_with_queued_kernels"]["busy_samples_while_stopped"][:10])
     print(path)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +116,9 @@ class RevisionScores:
     long_context: int | None = None  # length of the long prompt (None: none in this profile)
     long_scored: int = 0  # its positions whose KL was scored (all, or rows drawn after the prefill)
     note: str | None = None
+    # Parent-clock seconds of the scoring: the reference's logits (shared by both revisions, 0 when
+    # cached), this revision's prefill + logits transfer, and the parent's comparison.
+    seconds: dict = field(default_factory=lambda: {"reference": 0.0, "logits": 0.0, "compare": 0.0})
 
     @property
     def top1(self) -> float:
@@ -168,6 +172,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
             ids = text_like_ids(vocab, n_pos, "accuracy", seed, p)
             pos = long_pos if p == "long" else None
             cache = ref_dir / f"{model_sha[:32]}-t-s{seed}-p{p}-n{n_pos}-{ref_version}.npy"
+            t0 = time.monotonic()
             if pos is None and cache.exists():
                 ref_lp = np.load(cache)
             else:  # rows drawn for this evaluation are not cached
@@ -176,9 +181,14 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 if pos is None:
                     np.save(cache, ref_lp)
             ref = guard_math.Reference(ref_lp, dev)
+            for sc in scores.values():
+                sc.seconds["reference"] += time.monotonic() - t0
             for r, proc in procs.items():
+                t1 = time.monotonic()
                 proc.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
                 lg = _logits(proc, key, len(ids), t, pos)
+                t2 = time.monotonic()
+                scores[r].seconds["logits"] += t2 - t1
                 # A revision's own output: the head's fault when it is the head (worker/faults.py).
                 if not np.all(np.isfinite(lg)):
                     raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")
@@ -186,6 +196,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                     raise RevisionFault(r, "accuracy", "constant", f"logits for seed {seed} prompt {p} are constant")
                 scores[r].logits_digest.update(lg.tobytes())
                 per[r].append(ref.compare(lg))
+                scores[r].seconds["compare"] += time.monotonic() - t2
         for r in procs:
             vals = np.asarray(per[r])
             scores[r].seeds.append(SeedScore(seed, float(vals[:, 0].mean()), float(vals[:, 1].mean()),

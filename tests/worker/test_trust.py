@@ -57,8 +57,14 @@ def test_self_calibration_records_pairs_and_resumes(tmp_path, cache):
     store = AAStore(tmp_path / "aa.sqlite")
     part = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD, budget_s=0.0)
     assert not part.done and part.pairs_recorded == 1 and "run again" in part.stopped
+    split = part.per_pair_phases[0]["guard_seconds"]  # the first pair scores the guards' A/A: where it went
+    assert set(split) == {"base", "head"} and split["base"]["logits"] > 0 and split["base"]["reference"] >= 0
     rest = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD)
     assert rest.done and rest.pairs_recorded == 4 and all(v == 5 for v in rest.after.values()), rest
+    # each pair says whether the idle-GPU check looked (on the CPU it cannot, and says why)
+    idle = [ph["idle_gpu"] for ph in rest.per_pair_phases]
+    assert len(idle) == 4 and all(i["applicable"] is False and "CPU" in i["reason"] for i in idle), idle
+    assert rest.per_pair_phases[-1]["guard_seconds"] is None  # enough guard A/A by then: no scoring
     again = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD)
     assert again.done and again.pairs_recorded == 0
 

@@ -56,6 +56,17 @@ def calibrated(ev) -> bool:
     return all(have[k] >= n for k, n in want.items())
 
 
+def idle_summary(receipt: dict | None) -> dict | None:
+    """The idle-GPU check of one pair, short: whether it applied (and why not), how many timed windows
+    it saw and could cover, and how many it voided. A calibration that never voids must show here
+    whether that is because the idle revisions were idle or because the check could not look."""
+    if receipt is None:
+        return None
+    out = {k: receipt.get(k) for k in ("applicable", "reason", "windows", "covered", "settle_s", "nvml_period_s")}
+    out["voided"] = len(receipt.get("voided") or [])
+    return out
+
+
 def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: float | None = None,
               head_ref: str | None = None, head_sha: str | None = None, on_guard=None,
               phases: list | None = None) -> tuple[int, list, str | None]:
@@ -93,9 +104,12 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
                     with ev.fresh_pair(ev.revs, spec, resolved.path, n, vocab) as pair:
                         n += 1
                         tg = time.monotonic()
+                        guard_split = None
                         if on_guard is not None and on_guard(spec, gkey, None):
-                            on_guard(spec, gkey, score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
-                                                                 ref_version=ref_version, profile=ev.profile))
+                            scores = score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
+                                                     ref_version=ref_version, profile=ev.profile)
+                            on_guard(spec, gkey, scores)
+                            guard_split = {r: {k: round(v, 2) for k, v in sc.seconds.items()} for r, sc in scores.items()}
                         ts = time.monotonic()
                         sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"pairs{n}", spec) if gates else None
                         te = time.monotonic()
@@ -105,7 +119,9 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
                     if phases is not None:
                         phases.append({"model": spec.name, "start_load": round(tg - tp, 2),
                                        "guards": round(ts - tg, 2), "sweep": round(te - ts, 2),
-                                       "stop": round(time.monotonic() - te, 2)})
+                                       "stop": round(time.monotonic() - te, 2),
+                                       "guard_seconds": guard_split,
+                                       "idle_gpu": idle_summary(sw.idle_gpu if sw is not None else None)})
             if stopped:
                 break
     finally:
