@@ -31,8 +31,8 @@ def service_down(name: str) -> str | None:
 
 
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("services"):
-        for name in SERVICES:
+    if (marker := item.get_closest_marker("services")) is not None:
+        for name in marker.args or SERVICES:  # @pytest.mark.services("Redis"): that one alone
             if reason := service_down(name):
                 pytest.skip(reason)
 

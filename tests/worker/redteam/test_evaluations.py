@@ -13,6 +13,8 @@ import uuid
 import psutil
 import pytest
 
+from tests.conftest import service_down
+
 from worker.records import InfraKind, Verdict
 
 from ..conftest import GOOD
@@ -40,9 +42,8 @@ def _tree_digest(root) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.services
+@pytest.mark.services("Redis")  # and PostgreSQL where it runs (not on the GPU box)
 def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
-    import psycopg2
     import redis
 
     marker = "tg_redteam_" + uuid.uuid4().hex[:10]
@@ -77,13 +78,16 @@ def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
     assert not host_file.exists()
     assert (tmp_path / "m.gguf").read_bytes().startswith(b"FAKEGGUF")
     assert redis.Redis(host="127.0.0.1").get(marker) is None
-    c = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-    cur = c.cursor()
-    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (marker,))
-    assert cur.fetchone()[0] == 0
-    cur.execute("SELECT to_regclass(%s)", (marker,))
-    assert cur.fetchone()[0] is None
-    c.close()
+    if service_down("PostgreSQL") is None:
+        import psycopg2
+
+        c = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
+        cur = c.cursor()
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (marker,))
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT to_regclass(%s)", (marker,))
+        assert cur.fetchone()[0] is None
+        c.close()
 
 
 def test_escapes_fail_and_trusted_code_is_untouched(tmp_path):
