@@ -38,7 +38,8 @@ cal() { [ "$1" = calibrate ] || restore
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
 case $step in
-  checks)
+  checks)  # Redis up, as on a GPU worker, so the red team's Redis attacks run (no PostgreSQL there: those skip)
+    redis-cli ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" >/dev/null
     timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
     echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
     timeout 60 python3 bench/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
