@@ -274,6 +274,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON summary line")
     ap.add_argument("--no-variants", dest="variants", action="store_false",
                     help="only the default engine options (not the bench's PDL / split-GDN variants)")
+    ap.add_argument("--variant-sets", type=int, default=None,
+                    help="only the first N variant option sets (the first launches the split-GDN kernels)")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         ap.error("unset TRITON_INTERPRET: the interpreter replaces the kernels this compiles")
@@ -294,7 +296,7 @@ def main(argv=None) -> int:
                      {"gemv_config": AutoTile(2)}, {"gemv_config": AutoTile(3)},
                      {"gemv_config": AutoTile(2, num_stages=1)}, {"gemv_config": AutoTile(2, num_stages=4)},
                      {"gemv_config": AutoTile(2, bn_scale=2, num_warps=8)}, {"gemv_config": AutoTile(3, x8=True)},
-                     {"gemv_config": sm90_table().replaced(x8=True, x8_q6=True)}):  # the bench's x8 variants
+                     {"gemv_config": sm90_table().replaced(x8=True, x8_q6=True)})[:args.variant_sets]:  # x8 variants
             for launch in record_decode_launches(SHAPES[shape], **opts):
                 launch.tags.append(f"{shape}+variants")
                 launches.append(launch)
