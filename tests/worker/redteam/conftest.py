@@ -96,3 +96,18 @@ def need_full():
     """Escape tests must not pass vacuously: on a host without the full sandbox they fail, loudly."""
     if not FULL:
         pytest.fail(f"the full sandbox is unavailable on this host, so this attack is NOT blocked here: {ISO.reason}")
+
+
+def assert_postgres_untouched(marker: str) -> None:
+    """No session under `marker`'s application name and no table named `marker` in the real PostgreSQL."""
+    import psycopg2
+
+    c = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
+    try:
+        cur = c.cursor()
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (marker,))
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT to_regclass(%s)", (marker,))
+        assert cur.fetchone()[0] is None
+    finally:
+        c.close()

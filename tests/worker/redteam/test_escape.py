@@ -20,7 +20,7 @@ import pytest
 from worker import sandbox
 from worker.sandbox import seccomp
 
-from .conftest import run_inside
+from .conftest import assert_postgres_untouched, run_inside
 
 pytestmark = pytest.mark.usefixtures("need_full")
 
@@ -140,8 +140,6 @@ def test_redis_unreachable(tmp_path):
 
 @pytest.mark.services("PostgreSQL")
 def test_postgres_unreachable(tmp_path):
-    import psycopg2
-
     marker = "tg_redteam_" + uuid.uuid4().hex[:10]
     code = textwrap.dedent(f"""
         import sys
@@ -157,13 +155,7 @@ def test_postgres_unreachable(tmp_path):
     """)
     rc, out, _ = run_inside(tmp_path, code)
     assert eval(out) == ["blocked"] * 2
-    c = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-    cur = c.cursor()
-    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (marker,))
-    assert cur.fetchone()[0] == 0
-    cur.execute("SELECT to_regclass(%s)", (marker,))
-    assert cur.fetchone()[0] is None
-    c.close()
+    assert_postgres_untouched(marker)
 
 
 NR = seccomp.SYSCALLS.get(os.uname().machine, {})

@@ -18,7 +18,7 @@ from tests.conftest import service_down
 from worker.records import InfraKind, Verdict
 
 from ..conftest import GOOD
-from .conftest import FULL, ISO, run_eval
+from .conftest import FULL, ISO, assert_postgres_untouched, run_eval
 
 TIERS = {Verdict.S, Verdict.M, Verdict.L, Verdict.XL}
 
@@ -79,15 +79,7 @@ def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
     assert (tmp_path / "m.gguf").read_bytes().startswith(b"FAKEGGUF")
     assert redis.Redis(host="127.0.0.1").get(marker) is None
     if service_down("PostgreSQL") is None:
-        import psycopg2
-
-        c = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres")
-        cur = c.cursor()
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (marker,))
-        assert cur.fetchone()[0] == 0
-        cur.execute("SELECT to_regclass(%s)", (marker,))
-        assert cur.fetchone()[0] is None
-        c.close()
+        assert_postgres_untouched(marker)
 
 
 def test_escapes_fail_and_trusted_code_is_untouched(tmp_path):
