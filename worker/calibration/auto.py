@@ -109,7 +109,7 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
                             scores = score_revisions(pair, reference, vocab=vocab, model_sha=resolved.sha256,
                                                      ref_version=ref_version, profile=ev.profile)
                             on_guard(spec, gkey, scores)
-                            guard_split = {r: {k: round(v, 2) for k, v in sc.seconds.items()}
+                            guard_split = {r: {k: round(v, 4) for k, v in sc.seconds.items()}
                                            for r, sc in scores.items()}
                         ts = time.monotonic()
                         sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"pairs{n}", spec) if gates else None
