@@ -40,7 +40,7 @@ from worker.config import EvalSettings  # noqa: E402
 from worker.gates.noise import gate_null, history_needed  # noqa: E402
 from worker.gates.stats import compare_pairs  # noqa: E402
 from worker.records import GateResult, Verdict  # noqa: E402
-from worker.verdict import decide  # noqa: E402
+from worker.verdicts.rules import decide  # noqa: E402
 
 # The standard profile's gates: 0.8B decode@128/512/4096, prefill@512/4096 + the 4B guard's decode@512.
 GATES = ["decode@128", "decode@512", "decode@4096", "prefill@512", "prefill@4096", "guard decode@512"]

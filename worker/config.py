@@ -95,7 +95,7 @@ class ProfileSettings(BaseModel):
     # to this set before anything is timed.
     cpus: Literal["last", "all"] | list[int] = "last"
     memory_limit_bytes: int | None = 16 << 30  # address-space limit (CPU only; CUDA maps huge VA)
-    # --- issue 13 (worker/gates/noise.py, worker/guards.py) ---
+    # --- issue 13 (worker/gates/noise.py, worker/guards/scoring.py) ---
     # Noisy gates get more agreeing process pairs (a finer floor), never a wider floor: gate -> max pairs.
     gate_max_process_pairs: dict[str, int] = Field(default_factory=dict)
     long_context: int | None = None  # one long accuracy prompt per model (KL at this many positions)
@@ -263,7 +263,7 @@ class EvalSettings(BaseModel):
     top1_floor_default: float = 0.80
     top1_max_drop_min: float = 0.01  # δ never below this
     kl_bound_default: float = 0.5
-    # --- verdicts a maintainer can trust (issue 13; worker/verdict.py, worker/calibration/) ---
+    # --- verdicts a maintainer can trust (issue 13; worker/verdicts/rules.py, worker/calibration/) ---
     # A significant regression on any gate next to a significant speedup on another: "mixed" (named,
     # labelled, never merged) or "reject".
     regression_policy: Literal["mixed", "reject"] = "mixed"

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
 from worker import models as model_files
-from worker import attribution, compile_cache, sandbox, telemetry
-from worker import verdict as verdict_rules
+from worker import compile_cache, sandbox, telemetry
+from worker.verdicts import attribution
+from worker.verdicts import rules as verdict_rules
 from worker.calibration import history, sentinel
 from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
@@ -33,8 +34,8 @@ from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, ju
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
-from worker.faults import EvalFault, classify, infra
-from worker.guards import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
+from worker.verdicts.faults import EvalFault, classify, infra
+from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
 from worker.harness.client import RevisionFault, RevisionProcess
 from worker.gates.noise import GateNull
 from worker.paths import cache_dir
@@ -155,7 +156,7 @@ class Evaluation:
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> EvalResult:
         """One evaluation; a provisional head fault is confirmed by one fresh attempt
-        (worker/attribution.py), and a tier after a failed earlier attempt is withheld."""
+        (worker/verdicts/attribution.py), and a tier after a failed earlier attempt is withheld."""
         first = self.run_once()
         job2 = Job(**{**asdict(self.job), "eval_id": f"{self.eval_id}-confirm"})
         r = attribution.confirm_head_fault(
@@ -611,7 +612,7 @@ class Evaluation:
         if unseen and not ours.intersection(pids):
             # NVML speaks another PID namespace (the worker runs in a container): count instead.
             live = sum(1 for proc in procs.values() if proc.proc is not None)
-            live += _own_cuda_context()  # the guards' arithmetic (worker/guard_math.py) runs on our GPU
+            live += _own_cuda_context()  # the guards' arithmetic (worker/guards/arith.py) runs on our GPU
             if len(unseen) > live:
                 foreign += unseen
         if foreign:
@@ -648,7 +649,7 @@ class Evaluation:
                                     sha=self.job.base_sha)
 
     def _memory_context(self, procs: dict[str, RevisionProcess]) -> dict:
-        """Base's measured peak memory and the limit, for attributing a head OOM (worker/faults.py)."""
+        """Base's measured peak memory and the limit, for attributing a head OOM (worker/verdicts/faults.py)."""
         p = self.profile
         base = procs.get("base")
         if p.device.startswith("cuda"):

@@ -106,7 +106,7 @@ class EvalResult:
     receipt: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
     duration_s: float | None = None
-    # A head fault judged the PR's own (worker/attribution.py): {"role", "model", "phase", "kind", "detail", "attempts"}
+    # A head fault judged the PR's own (worker/verdicts/attribution.py): {"role", "model", "phase", "kind", "detail", "attempts"}
     failure: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)  # what limits the verdict (uncalibrated gates, drift, earlier attempts)
     # Made under the development override with an incomplete sandbox: never merged (bot/rounds.py).

@@ -4,7 +4,7 @@ import socket
 from worker.calibration.aa_store import AAStore
 from worker.cli import calibrate
 from worker.config import EvalSettings
-from worker.guards import guard_bounds
+from worker.guards.scoring import guard_bounds
 from worker.pipeline import Job, evaluate, evaluate_with_retries
 from worker.records import InfraKind, Verdict
 

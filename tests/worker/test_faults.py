@@ -47,7 +47,7 @@ LOOSE = {"false_significance_rate": 0.05, "calibration_pairs_target": 9}
 
 CASES = [
     # variant, verdict, infra kind, words the reason must contain. A head that fails where base ran the
-    # same work fine is the PR's fault: REJECT after one confirming attempt (worker/attribution.py).
+    # same work fine is the PR's fault: REJECT after one confirming attempt (worker/verdicts/attribution.py).
     ("import_error", Verdict.BUILD_FAILED, None, "does_not_exist_tokengate"),
     ("load_fail", Verdict.REJECT, None, "failed to map tensor"),
     ("oom", Verdict.REJECT, None, "MemoryError"),

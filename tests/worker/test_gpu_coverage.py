@@ -6,11 +6,12 @@ import sys
 import numpy as np
 import pytest
 
-from worker import compile_cache, guard_math, sandbox
+from worker import compile_cache, sandbox
+from worker.guards import arith
 from worker.checkout import Revision
 from worker.config import MERGEABLE_PROFILES, EvalSettings
 from worker.gates.bench import GateSpec, Sweep, run_sweep
-from worker.guards import _log_softmax
+from worker.guards.scoring import _log_softmax
 from worker.harness.client import RevisionFault
 from worker.pipeline import Evaluation, Job, ModelOutcome
 from worker.queue import tasks
@@ -234,9 +235,9 @@ def test_guard_arithmetic_matches_the_numpy_formulas():
     rng = np.random.default_rng(0)
     ref_logits = rng.standard_normal((7, 301)).astype(np.float32) * 3
     rev = (ref_logits + 0.3 * rng.standard_normal((7, 301))).astype(np.float32)
-    ref_lp = guard_math.log_softmax(ref_logits, guard_math.score_device("cpu"))
+    ref_lp = arith.log_softmax(ref_logits, arith.score_device("cpu"))
     np.testing.assert_allclose(ref_lp, _log_softmax(ref_logits).astype(np.float32), rtol=1e-6, atol=1e-6)
-    top1, kl_mean, kl_max = guard_math.Reference(ref_lp, guard_math.score_device("cpu")).compare(rev)
+    top1, kl_mean, kl_max = arith.Reference(ref_lp, arith.score_device("cpu")).compare(rev)
     p = np.exp(ref_lp.astype(np.float64))
     kl = np.maximum((p * (ref_lp.astype(np.float64) - _log_softmax(rev))).sum(axis=-1), 0.0)
     assert top1 == pytest.approx(float((rev.argmax(-1) == ref_lp.argmax(-1)).mean()))

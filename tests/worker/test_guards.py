@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from worker.config import EvalSettings
-from worker.faults import EvalFault
-from worker.guards import RevisionScores, SeedScore, guard_bounds, guard_result, text_like_ids
+from worker.verdicts.faults import EvalFault
+from worker.guards.scoring import RevisionScores, SeedScore, guard_bounds, guard_result, text_like_ids
 from worker.records import InfraKind, Verdict
 
 S = EvalSettings()
@@ -95,7 +95,7 @@ class _Proc:
 
 def test_guard_prompts_sent_to_the_revisions_look_like_text(tmp_path, cache):
     from worker.config import DEFAULT_PROFILES
-    from worker.guards import score_revisions
+    from worker.guards.scoring import score_revisions
 
     vocab = 4096
     prof = DEFAULT_PROFILES["quick"].model_copy(update={"prompt_len": 512, "long_context": 2048})

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from worker.config import DEFAULT_PROFILES
-from worker.faults import classify
+from worker.verdicts.faults import classify
 from worker.gates.bench import GateSpec, run_sweep
 from worker.gates.idle_gpu import IdleGpuCheck
 from worker.harness.client import RevisionFault

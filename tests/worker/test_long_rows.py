@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker import guards
-from worker.guards import long_positions, score_revisions
+from worker.guards import scoring as guards
+from worker.guards.scoring import long_positions, score_revisions
 from worker.harness.client import RevisionFault, RevisionProcess
 
 from .conftest import GOOD, fake_model

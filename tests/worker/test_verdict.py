@@ -1,10 +1,10 @@
-"""The verdict rules (worker/verdict.py) and fault attribution (worker/attribution.py), on plain records."""
+"""The verdict rules (worker/verdicts/rules.py) and fault attribution (worker/verdicts/attribution.py), on plain records."""
 import pytest
 
-from worker.attribution import block_after_failed_attempts, confirm_head_fault
+from worker.verdicts.attribution import block_after_failed_attempts, confirm_head_fault
 from worker.config import EvalSettings
 from worker.records import EvalResult, GateResult, Verdict
-from worker.verdict import decide
+from worker.verdicts.rules import decide
 
 
 def gate(name, change, *, sig=True, scored=True, lo=None, hi=None):
@@ -89,7 +89,7 @@ def test_no_new_verdict_can_be_merged_or_look_green():
 
 
 def test_head_oom_is_judged_by_base_measured_memory_not_the_message():
-    from worker.faults import classify
+    from worker.verdicts.faults import classify
     from worker.harness.client import RevisionFault
 
     f = RevisionFault("head", "load", "oom", "MemoryError")

@@ -21,7 +21,7 @@ from worker.config import EvalSettings
 from worker.gates.bench import gate_specs
 from worker.gates.noise import history_needed
 from worker.gates.stats import pair_delta
-from worker.guards import guard_key, reference_version, score_revisions
+from worker.guards.scoring import guard_key, reference_version, score_revisions
 
 
 @dataclass

@@ -21,7 +21,7 @@ from worker.calibration.aa_store import AAStore
 from worker.gates.bench import gate_specs
 from worker.checkout import checkout_pair, remove_worktree
 from worker.config import EvalSettings
-from worker.guards import guard_bounds, guard_key, guard_result, reference_version, score_revisions
+from worker.guards.scoring import guard_bounds, guard_key, guard_result, reference_version, score_revisions
 from worker.pipeline import Evaluation, Job, ModelOutcome
 from worker.records import Verdict
 

@@ -7,7 +7,7 @@ noted in the receipt and costs the evaluation nothing (it says nothing about the
 """
 from __future__ import annotations
 
-from worker.faults import EvalFault
+from worker.verdicts.faults import EvalFault
 from worker.gates.stats import pair_delta
 from worker.harness.client import RevisionFault
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worker.config import ModelSpec, ProfileSettings, gate_name
-from worker.faults import infra
+from worker.verdicts.faults import infra
 from worker.harness.client import RevisionFault, RevisionProcess
 from worker.records import InfraKind
 

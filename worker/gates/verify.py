@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from worker.faults import infra
+from worker.verdicts.faults import infra
 from worker.harness.client import RevisionProcess
 from worker.records import InfraKind
 

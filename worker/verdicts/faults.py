@@ -5,7 +5,7 @@ trusted reference, the host, the sandbox, the checkout, the service. A head revi
 where base ran the same phase fine on the same box — load error, crash, hang (no answer within the
 request limit base met), OOM (judged by base's *measured* memory, not by the message), a raised
 CUDA/Python error, non-finite or constant logits — is the PR's own fault: a provisional failure,
-confirmed by one retry (worker/attribution.py) and then a REJECT saying what failed where. A head
+confirmed by one retry (worker/verdicts/attribution.py) and then a REJECT saying what failed where. A head
 that does not import or breaks the protocol is BUILD_FAILED (deterministic, no retry needed).
 """
 from __future__ import annotations

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from worker import guard_math
+from worker.guards import arith
 from worker.config import EvalSettings, ProfileSettings
-from worker.faults import infra
+from worker.verdicts.faults import infra
 from worker.harness.client import RevisionFault, RevisionProcess
 from worker.paths import cache_dir
 from worker.records import GuardResult, InfraKind
@@ -162,7 +162,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
     else:
         scores_note = (f"KL at {len(long_pos)} positions of the long prompt's {long_n} (from [{long_n // 2}, "
                        f"{long_n}), drawn in secret, asked for after each prefill: {vocab}-token vocabulary)")
-    dev = guard_math.score_device(profile.device)
+    dev = arith.score_device(profile.device)
     for seed in profile.seeds:
         per = {r: [] for r in procs}
         mine = [(seed, p, profile.prompt_len) for p in range(profile.prompts_per_seed)]
@@ -177,10 +177,10 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 ref_lp = np.load(cache)
             else:  # rows drawn for this evaluation are not cached
                 reference.request("stage", key=key, ids=ids, phase="accuracy", timeout=t)
-                ref_lp = guard_math.log_softmax(_logits(reference, key, len(ids), t, pos), dev)
+                ref_lp = arith.log_softmax(_logits(reference, key, len(ids), t, pos), dev)
                 if pos is None:
                     np.save(cache, ref_lp)
-            ref = guard_math.Reference(ref_lp, dev)
+            ref = arith.Reference(ref_lp, dev)
             for sc in scores.values():
                 sc.seconds["reference"] += time.monotonic() - t0
             for r, proc in procs.items():
@@ -189,7 +189,7 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 lg = _logits(proc, key, len(ids), t, pos)
                 t2 = time.monotonic()
                 scores[r].seconds["logits"] += t2 - t1
-                # A revision's own output: the head's fault when it is the head (worker/faults.py).
+                # A revision's own output: the head's fault when it is the head (worker/verdicts/faults.py).
                 if not np.all(np.isfinite(lg)):
                     raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")
                 if np.all(lg == lg[..., :1]):

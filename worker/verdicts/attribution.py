@@ -1,7 +1,7 @@
 """Who is to blame, confirmed: one retry before a head fault becomes the PR's failure verdict, and
 no tier for a head whose evaluation had a failed attempt.
 
-- A provisional head fault (EvalResult.failure set, worker/faults.py) is run once more from scratch.
+- A provisional head fault (EvalResult.failure set, worker/verdicts/faults.py) is run once more from scratch.
   Failing again (the head, whatever the kind) → REJECT, the comment saying what failed where on
   both attempts. An INFRA second attempt is returned as INFRA. A clean second attempt means the
   head failed once and then ran: its measurement stands, but it cannot earn a tier (WITHHELD).
