@@ -55,7 +55,8 @@ case $step in
     done ;;
   noise)  # issue 13: one process pair, per-step logits on (one copy now): within-pair decode noise vs the
           # calibration's fresh pairs (0.8B decode pair sd 1.9-2.6 %) and the sandbox check's 0.1 % without them
-    timeout $(( $(left) )) python3 bench/sandbox_gpu_check.py --out "$OUT" --gates decode@512,decode@4096,prefill@4096 \
+    timeout $(( $(left) )) python3 bench/sandbox_gpu_check.py --out "$OUT" --model qwen35-0.8b-q8_0 \
+      --gates decode@512,decode@4096,prefill@4096 \
       --sweeps 6 2>&1 | tail -8 ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
