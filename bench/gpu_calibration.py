@@ -198,10 +198,7 @@ def _nulls(hist: dict[str, list[float]], s: EvalSettings, ev) -> dict:
 
 def calibration_n(st: State) -> dict[str, int]:
     """A/A pairs per gate ("model gate") that calibration left; the ones after them are the placebo."""
-    n = st.data["calibration_n"]
-    if isinstance(n, int):  # states written before 2026-12-02 kept one number (the smallest target)
-        return {k: n for k in st.data["calibrate"]["after"]}
-    return n
+    return st.data["calibration_n"]
 
 
 def step_placebo(st: State, args) -> bool:

@@ -28,6 +28,9 @@ from torch.profiler import ProfilerActivity, profile
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.tree_snapshot import snapshot_commit  # noqa: E402
+from runtime.gguf.writer import file_sha256  # noqa: E402
+
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of [start, end) intervals (overlapping kernels on several streams count once)."""
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
            "gguf": path.name, "ttft_median_s": statistics.median(plain), "ttft_s": plain,
            "tok_s_median": a.length / statistics.median(plain),
            "profiled": summarize(prof.events(), wall),
+           "n": a.repeats, "spread": (max(plain) - min(plain)) / statistics.median(plain),
+           "gguf_sha256": file_sha256(path), "commit": snapshot_commit(REPO),
            "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     out = Path(a.out)
