@@ -45,6 +45,11 @@ class ModelSpec(BaseModel):
         return self.role == "primary" and (self.scored is None or gate in self.scored)
 
 
+# How a timed request is carried out by the trusted driver (what it copies, where, pinned or not): bump it
+# when that changes, so that A/A history measured the old way is never read as this way's null.
+TIMING_PROTOCOL = 2
+
+
 class ProfileSettings(BaseModel):
     device: str = "cpu"
     backend: str = "auto"  # passed to runtime.load_engine for both revisions
@@ -77,6 +82,9 @@ class ProfileSettings(BaseModel):
     # copied inside the timed request, the same cost for base and head); the verified reps' are
     # KL-checked at every step. The head may miss the reference's argmax on this many more steps than base.
     decode_step_logits: bool = True
+    # On CUDA, page-lock the shared-memory rows those per-step logits land in (worker/harness/driver.py
+    # pin_logits): the copy inside every timed generate then goes by DMA instead of through pageable pages.
+    pin_step_logits: bool = True
     output_extra_misses: int = Field(2, ge=0)
     # GPU idle check (worker/gates/idle_gpu.py): NVML samples of the frozen revision stamped later than
     # settle_s into the other's timed window count as its kernels running there (NVML's sampling
@@ -125,9 +133,15 @@ class ProfileSettings(BaseModel):
     def protocol_key(self, model: ModelSpec) -> str:
         """Names how a gate's deltas are measured: A/A history is only comparable under one key."""
         fields = self.model_dump(include={"device", "backend", "decode_tokens", "pairs", "warmup", "clock",
-                                          "inner", "cpus"})
-        blob = json.dumps({**fields, "model": model.model_dump(include={"synth", "path"})}, sort_keys=True)
+                                          "inner", "cpus", "decode_step_logits", "pin_step_logits"})
+        blob = json.dumps({**fields, "timing": TIMING_PROTOCOL, "model": model.model_dump(include={"synth", "path"})},
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def pin_rows(self) -> int:
+        """Rows of per-step logits the driver page-locks at load (0: none): see pin_step_logits."""
+        on = self.decode_step_logits and self.pin_step_logits and self.device.startswith("cuda")
+        return self.decode_tokens if on else 0
 
     def max_context(self, model: ModelSpec) -> int:
         return max([*model.decode_contexts, *model.prefill_contexts, self.prompt_len, self.long_context or 0]

@@ -288,12 +288,13 @@ class Evaluation:
                 for r in order:
                     _check_protocol(r, procs[r].finish_start(p.load_timeout_s))
                     procs[r].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
-                                   backend=p.backend)
+                                   backend=p.backend, pin_rows=p.pin_rows())
                 for r in order:
                     resp, secs = procs[r].finish(phase="load", timeout=p.load_timeout_s)
                     got = resp["vocab_size"]
                     self.__dict__.setdefault("_pair_loads", []).append(
-                        {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3)})
+                        {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3),
+                         "pinned": resp.get("pinned")})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
                 yield {r: procs[r] for r in ("base", "head")}
@@ -320,7 +321,8 @@ class Evaluation:
         self.progress("load", model=spec.name)
         for role in ("base", "head", "reference"):
             procs[role].begin("load", path=str(path), device=p.device, max_context=p.max_context(spec),
-                              backend="reference" if role == "reference" else p.backend)
+                              backend="reference" if role == "reference" else p.backend,
+                              pin_rows=0 if role == "reference" else p.pin_rows())
         vocab = {}
         for role in ("base", "head", "reference"):
             resp, secs = procs[role].finish(phase="load", timeout=p.load_timeout_s)

@@ -19,7 +19,7 @@ import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 3
+DRIVER_VERSION = 4
 _HEADER = struct.Struct(">I")
 
 
@@ -96,6 +96,7 @@ class Driver:
         self.engine = None
         self.staged = {}
         self.torch = None
+        self.pinned = 0  # bytes of the shared buffer page-locked for the GPU (pin_logits)
 
     # -- requests ---------------------------------------------------------------------------
     def hello(self, req):
@@ -139,7 +140,8 @@ class Driver:
         if not isinstance(vocab, int) or vocab <= 0:
             return {"ok": False, "kind": "protocol", "error": f"engine.config.vocab_size is {vocab!r}"}
         self.vocab = vocab
-        return {"ok": True, "vocab_size": vocab, "memory": self._memory(),
+        pin = self.pin_logits({"rows": req.get("pin_rows") or 0})
+        return {"ok": True, "vocab_size": vocab, "memory": self._memory(), "pinned": pin,
                 "torch": getattr(self.torch, "__version__", None),
                 "triton": getattr(sys.modules.get("triton"), "__version__", None)}
 
@@ -299,6 +301,32 @@ class Driver:
 
     def memory(self, req):
         return {"ok": True, "memory": self._memory()}
+
+    def pin_logits(self, req):
+        """Page-lock the first `rows` x vocab float32 of the shared buffer for the GPU (cudaHostRegister;
+        rows 0 unlocks it). A timed generate's per-step logits (64 x 248k = 64 MB) then move by DMA
+        with no page faults: copied into pageable pages they were a cost of every timed request and a
+        likely source of the process-to-process decode offsets (bench/decode_noise.py measures both).
+        Never fatal: a box that refuses keeps the pageable copy and says why."""
+        torch = self.torch
+        rows = int(req.get("rows") or 0)
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return {"ok": True, "bytes": 0, "why": "no CUDA in this process"}
+        import ctypes
+
+        cudart = torch.cuda.cudart()
+        ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm))
+        if self.pinned:
+            cudart.cudaHostUnregister(ptr)
+            self.pinned = 0
+        size = min(len(self.shm), -(-rows * self.vocab * 4 // mmap.PAGESIZE) * mmap.PAGESIZE)
+        if size <= 0:
+            return {"ok": True, "bytes": 0}
+        err = cudart.cudaHostRegister(ptr, size, 0)
+        if int(getattr(err, "value", err)) != 0:
+            return {"ok": True, "bytes": 0, "why": f"cudaHostRegister: {err}"}
+        self.pinned = size
+        return {"ok": True, "bytes": size}
 
     # -- helpers -----------------------------------------------------------------------------
     def device_sync(self):

@@ -1,0 +1,67 @@
+"""The driver page-locks exactly the per-step rows it was asked for, unlocks before re-locking, and a box
+that refuses keeps the pageable copy and says why (never fatal). CUDA is faked: CI has no GPU."""
+import importlib.util
+import mmap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "tg_driver", Path(__file__).resolve().parents[2] / "worker" / "harness" / "driver.py")
+driver_mod = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(driver_mod)
+
+
+class FakeCudart:
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+
+    def cudaHostRegister(self, ptr, size, flags):
+        self.calls.append(("register", ptr, size))
+        return 1 if self.fail else 0
+
+    def cudaHostUnregister(self, ptr):
+        self.calls.append(("unregister", ptr))
+        return 0
+
+
+def _driver(cudart, cuda=True, size=64 << 20):
+    shm = mmap.mmap(-1, size)
+    d = driver_mod.Driver("/nonexistent", shm)
+    d.vocab = 1000
+    d.torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: cuda, is_initialized=lambda: cuda,
+                                                   cudart=lambda: cudart))
+    return d
+
+
+def test_pins_the_rows_page_rounded_and_unpins_before_pinning_again():
+    rt = FakeCudart()
+    d = _driver(rt)
+    got = d.pin_logits({"rows": 3})
+    want = -(-3 * 1000 * 4 // mmap.PAGESIZE) * mmap.PAGESIZE
+    assert got == {"ok": True, "bytes": want} and d.pinned == want
+    assert rt.calls[-1][0] == "register" and rt.calls[-1][2] == want
+    assert d.pin_logits({"rows": 0}) == {"ok": True, "bytes": 0}
+    assert rt.calls[-1][0] == "unregister" and d.pinned == 0
+
+
+def test_never_more_than_the_shared_buffer():
+    rt = FakeCudart()
+    d = _driver(rt, size=1 << 20)
+    assert d.pin_logits({"rows": 10_000})["bytes"] == 1 << 20
+
+
+def test_a_refusal_keeps_the_pageable_copy_and_says_why():
+    d = _driver(FakeCudart(fail=True))
+    got = d.pin_logits({"rows": 2})
+    assert got["bytes"] == 0 and "cudaHostRegister" in got["why"] and d.pinned == 0
+
+
+@pytest.mark.parametrize("torch_present", [False, True])
+def test_no_cuda_pins_nothing(torch_present):
+    rt = FakeCudart()
+    d = _driver(rt, cuda=False)
+    if not torch_present:
+        d.torch = None
+    assert d.pin_logits({"rows": 2})["bytes"] == 0 and rt.calls == []
