@@ -220,6 +220,24 @@ def step_placebo(st: State, args) -> bool:
     return run.done
 
 
+def noise_figures(hist: dict[str, list[float]], s: EvalSettings, ev) -> dict:
+    """Per gate, what its A/A pairs support: the bound, the floors, the pair sd and the detectable
+    change at 90 % power (worker/gates/noise.py's design for that many pairs; None where too few)."""
+    import numpy as np
+
+    full = _nulls(hist, s, ev)
+    rate = s.false_significance_rate / ev.gate_count() / 2
+    out = {}
+    for k, v in hist.items():
+        null = full[k]
+        d = choose_design(len(v), rate, ev.profile.max_pairs_for(k.split(" ", 1)[1]))
+        sd = float(np.std(v, ddof=1)) if len(v) > 2 else None
+        out[k] = {"n": len(v), "bound": null.bound, "pairs": null.pairs, "rank": null.rank,
+                  "floor_slower": -math.expm1(null.lo), "floor_faster": math.expm1(null.hi), "aa_sd": sd,
+                  "mdc_90_estimate": math.expm1(d.mdc_sd * sd) if d and sd is not None else None}
+    return out
+
+
 def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
     """This card's A/A pairs after calibration (and every pair of the `pool`ed histories: other runs'
     H200s, each judged apart, since one evaluation runs on one card) read as A/A evaluations
@@ -245,17 +263,7 @@ def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
                          "placebo_pairs": min(sum(len(d[k]) for d in series) for k in gates)}
     bound = sum(n.bound for n in nulls.values()) if all(n.calibrated for n in nulls.values()) else None
     hist = {k: mine[k] + [x for d in others.values() for x in d[k]] for k in names}
-    full = _nulls(hist, s, ev)
-    rate = s.false_significance_rate / ev.gate_count() / 2
-    supported = {}
-    for k, v in hist.items():
-        null = full[k]
-        d = choose_design(len(v), rate, ev.profile.max_pairs_for(k.split(" ", 1)[1]))
-        supported[k] = {"n": len(v), "bound": null.bound, "pairs": null.pairs, "rank": null.rank,
-                        "floor_slower": -math.expm1(null.lo), "floor_faster": math.expm1(null.hi),
-                        "aa_sd": float(np.std(v, ddof=1)) if len(v) > 2 else None,
-                        "mdc_90_estimate": (math.expm1(d.mdc_sd * float(np.std(v, ddof=1)))
-                                            if d and len(v) > 2 else None)}
+    supported = noise_figures(hist, s, ev)
     n_eval = min((m["evaluations"] for m in models.values()), default=0)
     return {"calibration_pairs_per_gate": n_cal,
             "placebo_pairs_per_gate": {k: len(mine[k]) - n_cal[k] + sum(len(d[k]) for d in others.values())
@@ -328,13 +336,19 @@ def detect_figures(st: State, s: EvalSettings) -> dict:
 
 def report(st: State, args) -> Path:
     s = settings(st, args)
+    ev, names = _gates(st, s)
     out = {"kind": "gpu_calibration", "profile": st.data.get("profile"), "main": st.data.get("main"),
            "false_significance_rate": s.false_significance_rate, "calibration": st.data.get("calibrate"),
            "placebo": (placebo_figures(st, s, [Path(x) for x in args.pool])
                        if st.data.get("calibrate", {}).get("done") else None),
            "detection": detect_figures(st, s) if st.data.get("detect") else None,
-           "host": __import__("worker.calibration.key", fromlist=["key_facts"]).key_facts(s.profile_settings().device),
+           # what this card's history supports so far, calibrated or not (a piece that ran out of time too)
+           "noise_by_gate": noise_figures(_deltas(st, names), s, ev) if st.data.get("calibrate") else None,
+           "host": (json.loads(Path(args.host_from).read_text())["host"] if args.host_from else
+                    __import__("worker.calibration.key", fromlist=["key_facts"]).key_facts(s.profile_settings().device)),
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    if args.host_from:  # made off the box, from the state the box returned
+        out["made_off_the_box_from"] = Path(args.host_from).name
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = Path(args.out) / f"gpu-calibration-{out['profile']}-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -364,6 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", nargs="*", default=[],
                     help="history files of earlier runs (other cards) to pool into the placebo figures")
     ap.add_argument("--out", default=str(ROOT / "bench" / "receipts"))
+    ap.add_argument("--host-from", default=None,
+                    help="report off the box: take the host facts from this receipt the box wrote")
     ap.add_argument("step", choices=["calibrate", "placebo", "detect", "report", "all"])
     args = ap.parse_args(argv)
     st = State(Path(args.state))

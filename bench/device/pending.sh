@@ -25,7 +25,9 @@ nvidia-smi --query-gpu=name,driver_version,uuid,memory.used --format=csv > "$OUT
 # gives the floors; this card's pairs are pooled in as another card's).
 restore() {
   [ -f /var/tmp/cal/state.json ] && return 0
-  local st; st=$(ls bench/receipts/cal-state-h200-*.json 2>/dev/null | tail -1); [ -n "$st" ] || return 0
+  # the newest by its stamp (the names sort by card first); an older protocol's state is history, not a floor
+  local st; st=$(for f in bench/receipts/cal-state-h200-*.json; do [ -f "$f" ] && echo "${f##*-} $f"; done \
+    | sort | tail -1 | cut -d' ' -f2); [ -n "$st" ] || return 0
   local tag; tag=$(basename "$st" .json); tag=${tag#cal-state-h200-}
   mkdir -p /var/tmp/cal && cp "$st" /var/tmp/cal/state.json \
     && cp "bench/receipts/aa-history-h200-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1

@@ -65,3 +65,27 @@ def test_no_cuda_pins_nothing(torch_present):
     if not torch_present:
         d.torch = None
     assert d.pin_logits({"rows": 2})["bytes"] == 0 and rt.calls == []
+
+
+@pytest.mark.parametrize("pinned_rows", [0, 1, 3, 10])
+def test_a_copy_past_the_pinned_rows_is_split_and_lands_whole(pinned_rows):
+    """CUDA refuses one copy that runs past a registered range (cudaErrorInvalidValue, seen on the H200
+    when the accuracy phase put 256 rows after 64 were pinned): the driver copies the two parts apart."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    d = _driver(FakeCudart(), size=1 << 20)
+    d.torch = torch
+    d.pinned = pinned_rows * 1000 * 4
+    rows = torch.arange(5 * 1000, dtype=torch.float32).reshape(5, 1000)
+    assert d._put(rows) == [5, 1000]
+    got = np.frombuffer(d.shm, dtype=np.float32, count=5000)
+    assert np.array_equal(got, rows.reshape(-1).numpy())
+
+
+@pytest.mark.parametrize("n,pinned", [(10, 0), (10, 4), (10, 10), (10, 64), (1, 1), (5, -3)])
+def test_no_copy_span_crosses_the_pinned_boundary(n, pinned):
+    spans = driver_mod._copy_spans(n, pinned)
+    assert spans[0][0] == 0 and spans[-1][1] == n and all(a < b for a, b in spans)
+    assert all(spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))  # contiguous, nothing lost
+    assert not any(a < pinned < b for a, b in spans)

@@ -26,13 +26,27 @@ class Reference:
         self.top = self.lp.argmax(dim=-1)
         self.device = device
 
-    def compare(self, logits: np.ndarray) -> tuple[float, float, float]:
+    def compare(self, logits) -> tuple[float, float, float]:
         """(top-1 agreement, mean KL(ref || rev), max KL) over the prompt's positions."""
-        lg = torch.from_numpy(np.ascontiguousarray(logits)).to(self.device, torch.float64)
+        lg = logits if isinstance(logits, torch.Tensor) else as_tensor(logits, self.device)
         lsm = torch.log_softmax(lg, dim=-1)
         kl = (self.p * (self.lp - lsm)).sum(dim=-1).clamp_min(0.0)
         top1 = (lg.argmax(dim=-1) == self.top).double().mean()
         return float(top1), float(kl.mean()), float(kl.max())
+
+
+def as_tensor(logits: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A revision's float32 logits on the scoring device as float64 (moved as float32, widened there)."""
+    return torch.from_numpy(np.ascontiguousarray(logits)).to(device).double()
+
+
+def defect(t: torch.Tensor) -> str | None:
+    """'nonfinite' / 'constant' when a revision's logits cannot be scored, else None (on the device)."""
+    if not bool(torch.isfinite(t).all()):
+        return "nonfinite"
+    if bool((t == t[..., :1]).all()):
+        return "constant"
+    return None
 
 
 def log_softmax(logits: np.ndarray, device: torch.device) -> np.ndarray:

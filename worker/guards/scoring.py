@@ -190,12 +190,14 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
                 t2 = time.monotonic()
                 scores[r].seconds["logits"] += t2 - t1
                 # A revision's own output: the head's fault when it is the head (worker/verdicts/faults.py).
-                if not np.all(np.isfinite(lg)):
-                    raise RevisionFault(r, "accuracy", "nonfinite", f"logits for seed {seed} prompt {p} are not finite")
-                if np.all(lg == lg[..., :1]):
-                    raise RevisionFault(r, "accuracy", "constant", f"logits for seed {seed} prompt {p} are constant")
-                scores[r].logits_digest.update(lg.tobytes())
-                per[r].append(ref.compare(lg))
+                on_dev = arith.as_tensor(lg, dev)
+                bad = arith.defect(on_dev)
+                if bad:
+                    what = "not finite" if bad == "nonfinite" else "constant"
+                    raise RevisionFault(r, "accuracy", bad, f"logits for seed {seed} prompt {p} are {what}")
+                scores[r].logits_digest.update(memoryview(np.ascontiguousarray(lg)).cast("B"))
+                per[r].append(ref.compare(on_dev))
+                del on_dev
                 scores[r].seconds["compare"] += time.monotonic() - t2
         for r in procs:
             vals = np.asarray(per[r])

@@ -69,6 +69,14 @@ def _copy_row(out):
     return np.array(out, dtype=np.float32).reshape(-1)
 
 
+def _copy_spans(n, pinned):
+    """[start, end) element spans for copying n values into the shared buffer whose first `pinned` are
+    page-locked: CUDA refuses, whole, a copy that runs past a registered range (cudaErrorInvalidValue,
+    seen on the H200 when the accuracy phase put 256 rows after 64 were pinned), so none crosses it."""
+    k = min(n, max(pinned, 0))
+    return [(0, k), (k, n)] if 0 < k < n else [(0, n)]
+
+
 def _accepts(fn, name):
     import inspect
 
@@ -246,8 +254,10 @@ class Driver:
             if n * 4 > len(self.shm):
                 raise MemoryError(f"logits of shape {shape} exceed the shared buffer")
             dst = torch.frombuffer(self.shm, dtype=torch.float32, count=n)
-            try:
-                dst.copy_(src.reshape(-1))  # converts the dtype and moves device → host in one pass
+            flat = src.reshape(-1)
+            try:  # each pass converts the dtype and moves device → host
+                for a, b in _copy_spans(n, self.pinned // 4):
+                    dst[a:b].copy_(flat[a:b])
             finally:
                 del dst  # the view pins the mapping
             return shape
