@@ -14,6 +14,8 @@ three modes, twice each, in rotated order:
 Per mode and gate: the across-pair sd of the pair delta (what calibration sees), the within-pair sd
 (sweep 1 vs sweep 2 of one pair: what more reps inside a pair could remove) and the median timed
 seconds (the copy's cost). The receipt has n, median and spread of everything it states.
+`--variants cpus --prefill`: the same per pair with the revisions on every core vs both on one core
+(pinned copies), the prefill gates up to 4k included.
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ from worker.gates.bench import gate_specs, run_sweep  # noqa: E402
 from worker.pipeline import Evaluation, Job  # noqa: E402
 
 MODES = ("off", "pageable", "pinned")
+# --variants cpus: the 0.8B prefill 4k showed an A/A pair sd of 11.4 % on one card (1.6 % on another) while
+# its pp512 is host-bound: the revisions on every core the worker has vs both on one core (pinned copies).
+CPU_MODES = ("cpus_all", "cpus_one")
 
 
 def pair_delta(base: list[float], head: list[float]) -> float:
@@ -56,7 +61,7 @@ def sd_pct(xs) -> float | None:
 def summarize(rows: list[dict], gates: list[str]) -> dict:
     """rows: one per (pair, mode, sweep) with {gate: delta} and {gate: median seconds}."""
     out = {}
-    for mode in MODES:
+    for mode in dict.fromkeys(r["mode"] for r in rows):
         out[mode] = {}
         for g in gates:
             mine = [r for r in rows if r["mode"] == mode]
@@ -76,12 +81,18 @@ def summarize(rows: list[dict], gates: list[str]) -> dict:
     return out
 
 
-def run(model_name: str, n_pairs: int, budget_s: float, workdir: Path, reps: int, profile: str = "standard") -> dict:
+def run(model_name: str, n_pairs: int, budget_s: float, workdir: Path, reps: int, profile: str = "standard",
+        variants: str = "copy", prefill: bool = False) -> dict:
     settings = EvalSettings(profile=profile, retries=0)
     prof = settings.profile_settings(profile)
     spec = next(m for m in prof.models if m.name == model_name)
     dc = spec.decode_contexts  # its shortest decode gate and 4k: the contexts calibration found noisiest
-    spec = spec.model_copy(update={"decode_contexts": sorted({min(dc)} | ({4096} & set(dc))), "prefill_contexts": []})
+    spec = spec.model_copy(update={"decode_contexts": sorted({min(dc)} | ({4096} & set(dc))),
+                                   "prefill_contexts": [c for c in spec.prefill_contexts if c <= 4096] if prefill else []})
+    modes = MODES if variants == "copy" else CPU_MODES
+    import os
+
+    every_cpu, one_cpu = set(os.sched_getaffinity(0)), {max(os.sched_getaffinity(0))}
     snap = snapshot_commit(REPO)
     job = Job(repo=str(REPO), base_ref=REF, head_ref=REF, base_sha=snap, head_sha=snap, profile=profile,
               device=prof.device)
@@ -100,12 +111,15 @@ def run(model_name: str, n_pairs: int, budget_s: float, workdir: Path, reps: int
             with ev.fresh_pair(revs, spec, resolved.path, n) as procs:
                 vocab = procs["base"].vocab or 0
                 loads.append({r: procs[r].hello.get("driver") for r in procs})
-                order = MODES[n % 3:] + MODES[:n % 3]  # rotate so drift inside a pair hits every mode alike
+                k = n % len(modes)
+                order = modes[k:] + modes[:k]  # rotate so drift inside a pair hits every mode alike
                 for sweep in range(2):
                     for mode in order:
                         for r in procs:  # pin (or unpin) both sides' step-logits rows before this sweep
-                            procs[r].request("pin_logits", rows=p.decode_tokens if mode == "pinned" else 0,
+                            procs[r].request("pin_logits", rows=0 if mode in ("off", "pageable") else p.decode_tokens,
                                              phase="stage", timeout=60)
+                            if mode in CPU_MODES:  # run_sweep moves each process tree onto this set first
+                                procs[r].cpus = one_cpu if mode == "cpus_one" else every_cpu
                         sw = run_sweep(procs, gates, vocab=vocab, model_sha=resolved.sha256, pairs=reps,
                                        warmup=1 if (sweep == 0 and mode == order[0]) else 0,
                                        timeout=p.request_timeout_s, sweep_id=f"{n}{mode}{sweep}", clock=p.clock,
@@ -124,7 +138,7 @@ def run(model_name: str, n_pairs: int, budget_s: float, workdir: Path, reps: int
             remove_worktree(git_dir, rev)
     pinned = [x.get("pinned") for x in getattr(ev, "_pair_loads", [])]
     return {"model": spec.name, "gguf_sha256": resolved.sha256, "gates": [g.name for g in gates], "rows": rows,
-            "summary": summarize(rows, [g.name for g in gates]), "pinned_at_load": pinned[:4],
+            "summary": summarize(rows, [g.name for g in gates]), "pinned_at_load": pinned[:4], "variants": variants,
             "config": p.model_dump(include={"device", "backend", "pairs", "inner", "clock", "decode_tokens", "cpus"}),
             "seconds": round(time.monotonic() - t0, 1)}
 
@@ -137,6 +151,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=4, help="ABBA reps per sweep (the standard profile's pairs)")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds per model")
     ap.add_argument("--profile", default="standard", help="quick: a CPU smoke run of this script")
+    ap.add_argument("--variants", choices=["copy", "cpus"], default="copy",
+                    help="copy: off / pageable / pinned per-step logits; cpus: every core vs one (pinned copies)")
+    ap.add_argument("--prefill", action="store_true", help="time the model's prefill gates up to 4k too")
     args = ap.parse_args(argv)
     iso = sandbox.detect_isolation()
     if not iso.full:
@@ -145,7 +162,8 @@ def main(argv=None) -> int:
     results = []
     for name in args.model or ["qwen35-9b-q4_k_m"]:
         with tempfile.TemporaryDirectory() as tmp:
-            results.append(run(name, args.pairs, args.budget, Path(tmp) / "w", args.reps, args.profile))
+            results.append(run(name, args.pairs, args.budget, Path(tmp) / "w", args.reps, args.profile,
+                               args.variants, args.prefill))
         print(json.dumps({results[-1]["model"]: results[-1]["summary"]}, indent=1), flush=True)
     stamp = dt.datetime.now(dt.timezone.utc)
     receipt = {"kind": "decode_noise", "created": stamp.isoformat(timespec="seconds"), "commit": git_commit(),

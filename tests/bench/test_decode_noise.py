@@ -30,10 +30,13 @@ def test_offsets_show_across_pairs_and_jitter_within():
 
 
 @pytest.mark.skipif(not sandbox.detect_isolation().full, reason="the script refuses a weaker sandbox")
-def test_runs_end_to_end_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("variants,modes,extra", [("copy", decode_noise.MODES, []),
+                                                  ("cpus", decode_noise.CPU_MODES, ["--prefill"])])
+def test_runs_end_to_end_on_the_cpu(tmp_path, variants, modes, extra):
     assert decode_noise.main(["--profile", "quick", "--model", "qwen35-tiny", "--pairs", "2", "--reps", "2",
-                              "--out", str(tmp_path)]) == 0
+                              "--variants", variants, *extra, "--out", str(tmp_path)]) == 0
     (receipt,) = tmp_path.glob("decode-noise-*.json")
     r = json.loads(receipt.read_text())["results"][0]
-    assert {x["mode"] for x in r["rows"]} == set(decode_noise.MODES) and len(r["rows"]) == 2 * 2 * 3
-    assert r["summary"]["pageable"]["decode@32"]["pairs"] == 2
+    assert {x["mode"] for x in r["rows"]} == set(modes) and len(r["rows"]) == 2 * 2 * len(modes)
+    assert r["summary"][modes[1]]["decode@32"]["pairs"] == 2
+    assert ("prefill@32" in r["gates"]) == bool(extra)
