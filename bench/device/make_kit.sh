@@ -10,7 +10,9 @@ for p in /.whl/ /.device/; do grep -qxF "$p" .git/info/exclude 2>/dev/null || ec
 WHEELS="amqp==5.4.2 annotated-types==0.7.0 billiard==4.3.2 celery==5.7.0 click==8.4.0 click-didyoumean==0.3.1
 click-plugins==1.1.1.2 click-repl==0.4.1 gguf==0.19.0 kombu==5.7.0 prompt_toolkit==3.0.52 pydantic==2.13.4
 pydantic_core==2.46.4 python-dateutil==2.9.0.post0 redis==8.1.0 structlog==26.1.0 typing-inspection==0.4.2
-tzlocal==5.4.5 vine==5.1.0 wcwidth==0.7.0"
+tzlocal==5.4.5 vine==5.1.0 wcwidth==0.7.0 psycopg2-binary==2.9.13 pgserver==0.1.4"
+# pgserver: only for the PostgreSQL binaries it bundles (the red team's database attacks need a real server
+# on the box; pending.sh checks starts it as nobody on 127.0.0.1:5432, trust, as this machine has it)
 for w in $WHEELS; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

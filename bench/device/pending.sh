@@ -39,18 +39,32 @@ cal() { [ "$1" = calibrate ] || restore
         python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
           bench/receipts/aa-history-h200-*.sqlite 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
+# PostgreSQL for the red team's database attacks (a GPU worker has none; the attacks must still meet one):
+# the binaries of the pgserver wheel in the kit, run as nobody (postgres refuses root), trust, 127.0.0.1:5432.
+start_pg() {
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', 5432), 1)" 2>/dev/null && return 0
+  local b; b=$(python3 -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pgserver').origin))" \
+    2>/dev/null)/pginstall/bin
+  chmod +x "$b"/* 2>/dev/null; [ -x "$b/postgres" ] || { echo "no PostgreSQL binaries (pgserver wheel) in the kit"; return 1; }
+  mkdir -p /var/tmp/pgdata /var/run/postgresql && chown 65534:65534 /var/tmp/pgdata /var/run/postgresql
+  local as="setpriv --reuid=65534 --regid=65534 --clear-groups"
+  [ -f /var/tmp/pgdata/PG_VERSION ] || $as "$b/initdb" -D /var/tmp/pgdata -U postgres --auth=trust >/dev/null
+  $as "$b/pg_ctl" -D /var/tmp/pgdata -l /var/tmp/pgdata/log -o "-h 127.0.0.1 -p 5432 -k /var/run/postgresql" -w start \
+    >/dev/null && echo "PostgreSQL up (pgserver binaries)"; }
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
 case $step in
-  checks)  # Redis up, as on a GPU worker, so the red team's Redis attacks run (no PostgreSQL there: those skip)
+  checks)  # Redis and PostgreSQL up, so the red team's attacks on both run on the GPU box too
     redis-cli ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" >/dev/null
+    start_pg
     timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
     echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
     timeout 60 python3 bench/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
     timeout 150 python3 bench/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
     tail -12 "$OUT/step-logits-0.8b.json" ;;
   calibrate|placebo|detect) cal "$step" ;;
-  e2e)
+  e2e)  # the worker reads the history `calibrate` left on this box (same card and protocol: no 15-min wait)
+    [ -f /var/tmp/cal/history.sqlite ] && export TOKENGATE_AA_HISTORY=/var/tmp/cal/history.sqlite
     timeout $(( $(left) )) python3 -m bench.gpu_e2e --out "$OUT" --budget-s $(( $(left) - 60 )) 2>&1 | tail -20 ;;
   profile)
     for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
