@@ -260,10 +260,38 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
             receipt.add(rec)
             print(f"[pp{L} {mode}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
                   f"peak {(rec['peak_bytes'] or 0)/2**30:.2f} GiB", flush=True)
+            if args.graphs:
+                bench_graph(eng, shape, L, ids, n, mode, receipt)
         except Exception as e:  # noqa: BLE001
             receipt.error(f"pp{L}", e)
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
+
+
+def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, receipt: Receipt) -> None:
+    """The same prefill replayed from a CUDA graph (runtime/triton/prefill_graph.py): its logits against
+    the eager ones (they must be equal: the same kernels on the same buffers), then its time."""
+    eng.reset()
+    eager = eng.prefill(ids).clone()
+    eng.prefill_graphs_enabled = True
+    try:
+        _prefill_once(eng, ids)  # the first sighting of (L, 0) runs eagerly; the second captures
+        eng.reset()
+        replayed = eng.prefill(ids)
+        graphs = getattr(eng, "prefill_graphs", None)
+        captured = graphs is not None and graphs.graphs.get((L, 0)) is not None
+        diff = float((replayed - eager).abs().max())
+        times = [_prefill_once(eng, ids) for _ in range(n)]
+    finally:
+        eng.prefill_graphs_enabled = False
+    s = _summary(times)
+    ref = LLAMACPP.get(shape, {}).get(L)
+    rec = {"what": "prefill", "tokens": L, "gemm": mode, "graph": True, "graph_captured": bool(captured),
+           "max_abs_diff_vs_eager": diff, "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak(),
+           "llamacpp_tok_s": ref, "ratio_vs_llamacpp": L / s["median"] / ref if ref else None}
+    receipt.add(rec)
+    print(f"[pp{L} {mode}+graph] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} "
+          f"captured {captured} max|diff| vs eager {diff:.3g}", flush=True)
 
 
 def bench_turn2(eng, args, receipt: Receipt) -> None:
@@ -480,6 +508,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", action="store_true", help="also the kernel-level benches")
     ap.add_argument("--no-e2e", action="store_true", help="only the kernel-level benches")
     ap.add_argument("--gemm-m", type=ints, default=[512, 4096])
+    ap.add_argument("--graphs", action="store_true",
+                    help="also time each length replayed from a CUDA graph (and check it equals eager)")
     ap.add_argument("--gdn-t", type=ints, default=[512, 4096, 32768])
     ap.add_argument("--attn-t", type=ints, default=[4096, 32768])
     ap.add_argument("--n-kernel", type=int, default=10)
@@ -534,7 +564,7 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
         for r in receipt.cur["results"]:
             if r["what"] == "prefill":
-                table.append((f"{shape}/{r['gemm']}", r["tokens"], r["tok_s"], r["llamacpp_tok_s"], r["ratio_vs_llamacpp"],
+                table.append((f"{shape}/{r['gemm']}{'+graph' if r.get('graph') else ''}", r["tokens"], r["tok_s"], r["llamacpp_tok_s"], r["ratio_vs_llamacpp"],
                               r["ttft_s"]["median"], (r["peak_bytes"] or 0) / 2**30))
         for e in receipt.cur["errors"]:
             table.append((f"{shape}/ERROR", e["what"], e["error"][:60]))

@@ -9,6 +9,7 @@
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
 #   bash bench/device/pending.sh prefillcpu  # issue 13: 0.8B prefill noise, revisions on every core vs one
+#   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
@@ -76,6 +77,9 @@ case $step in
   prefillcpu)  # issue 13: the 0.8B prefill 4k pair sd 11.4 % (gpu-calibration-standard-20261203T121536Z.json): CPU placement?
     timeout $(( $(left) )) python3 bench/decode_noise.py --out "$OUT" --model qwen35-0.8b-q8_0 --variants cpus --prefill \
       --pairs 8 --budget 200 2>&1 | tee "$OUT/prefillcpu.log" | grep -E "^pair|receipt|Error|error" ;;
+  graphs)  # issue 17: pp512-4k replayed from a CUDA graph (runtime/triton/prefill_graph.py, off by default) vs eager
+    timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024,4096 --gemm auto --graphs \
+      --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;

@@ -35,6 +35,7 @@ from ..kernels.gdn_chunk import GDNScratch, gdn_chunk
 from ..kernels.gdn_conv import gdn_conv
 from ..kernels.qgemm import dequantize_matrix, gather_rows, qgemm, qgemm_swiglu
 from ..kernels.rmsnorm import rmsnorm
+from . import prefill_graph
 
 MIN_CHUNK = 64
 MAX_CHUNK = int(os.environ.get("TOKENGATE_PREFILL_MAX_CHUNK", "8192"))
@@ -229,7 +230,7 @@ def _forward_chunk(engine, ids: torch.Tensor, ws: PrefillWorkspace, pos0: int) -
     cfg, vec = engine.config, engine.weights.vec
     n = ids.shape[0]
     emb = engine.weights.mat["token_embd.weight"]
-    gather_rows(emb.data, emb.qtype, ids, cfg.d_model, out=ws.h[:n])
+    gather_rows(emb.data, emb.qtype, ids, cfg.d_model, out=ws.h[:n], ids_checked=True)  # prefill_forward did
     debug = bool(getattr(engine, "prefill_debug", False))
     if debug:
         _probe(ws, n, f"embedding (pos0={pos0})", ())
@@ -293,6 +294,15 @@ def prefill_forward(engine, token_ids, all_logits: bool = False, *, chunk_size: 
         chunk = plan_chunk(engine, n)
     ws, chunk = _workspace(engine, chunk)
 
+    if prefill_graph.graphable(engine, n, chunk, all_logits):
+        graphs = engine.__dict__.setdefault("prefill_graphs", prefill_graph.PrefillGraphs())
+        return graphs.run(engine, ids, start, ws, lambda: _eager(engine, ids, ws, start, n, chunk, False))
+    return _eager(engine, ids, ws, start, n, chunk, all_logits)
+
+
+def _eager(engine, ids: torch.Tensor, ws: PrefillWorkspace, start: int, n: int, chunk: int,
+           all_logits: bool) -> torch.Tensor:
+    cfg = engine.config
     out = torch.empty((n if all_logits else 1), cfg.vocab_size, dtype=torch.float32, device=engine.device)
     for c0 in range(0, n, chunk):
         c1 = min(c0 + chunk, n)

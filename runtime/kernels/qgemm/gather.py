@@ -29,8 +29,10 @@ def _embed_kernel(p_w, p_ids, p_y, T, V, K, stride_w, stride_y, WTYPE: tl.conste
     tl.store(p_row + BK // 2, w1.to(p_y.dtype.element_ty), mask=valid[:, None] & (cols + BK // 2 < K)[None, :])
 
 
-def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 [T, d] = dequantize_rows(w[ids]); ids must lie in [0, V) (checked on the host)."""
+def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch.Tensor | None = None,
+                ids_checked: bool = False) -> torch.Tensor:
+    """fp32 [T, d] = dequantize_rows(w[ids]); ids must lie in [0, V) (checked on the host, a sync,
+    unless the caller says it checked them: a captured CUDA graph cannot sync)."""
     wtype = _check_weight(w, wtype, d, "token_embd")
     if ids.dim() != 1:
         raise ValueError(f"ids must be 1-D, got {tuple(ids.shape)}")
@@ -42,9 +44,10 @@ def gather_rows(w: torch.Tensor, wtype, ids: torch.Tensor, d: int, *, out: torch
     if t == 0:
         return out
     ids = ids.to(device=w.device, dtype=torch.int32)
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= v:
-        raise ValueError(f"token ids must lie in [0, {v}), got min {lo} max {hi}")
+    if not ids_checked:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= v:
+            raise ValueError(f"token ids must lie in [0, {v}), got min {lo} max {hi}")
     bt = 16
     _embed_kernel[(triton.cdiv(t, bt), triton.cdiv(d, TILE_K))](
         w, ids, out, t, v, d, w.stride(0), out.stride(0), WTYPE=int(wtype), BT=bt, BK=TILE_K, ALL_ROWS=False, num_warps=4)

@@ -1,0 +1,86 @@
+"""CUDA-graph replay of a whole one-chunk prefill of a fixed length at a fixed start position.
+
+Why: below ~1k tokens the 0.8B prefill is bound by the host, not the GPU — pp512 took as long as
+pp1024 on the H200 (31 ms, bench/receipts/prefill-0.8b_4b_9b-20261203T115558Z.json), and the GPU
+was busy 12.7 of 18.5 ms on another box (prefill-profile-0.8b-q4_k_m-512-20261202T175958Z.json,
+394 launches, each paying Triton's Python launch cost). A replayed graph pays none of it. The
+same lengths recur in practice (a gate times one context again and again), so a graph is
+captured on the second prefill of a (length, start) pair, the first having compiled every kernel.
+
+Off unless TOKENGATE_PREFILL_GRAPHS=1: not yet measured on a GPU (docs/notes/gpu-pending.md).
+Only a single-chunk, last-position prefill of a dense model is replayed; anything else (all
+logits, several chunks, the MoE, the debug probes) runs eagerly as before. The graph reads the
+engine's state tensors in place (reset() zeroes them without reallocating), the prefill
+workspace and a static ids buffer, and writes a static logits row the caller copies.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import torch
+
+ENABLED = os.environ.get("TOKENGATE_PREFILL_GRAPHS", "0") == "1"
+MAX_GRAPHS = 8  # (length, start) pairs kept; the least recently used is dropped
+MIN_TOKENS = 64  # shorter prompts gain little and would multiply the graphs kept
+
+
+def graphable(engine, n: int, chunk: int, all_logits: bool) -> bool:
+    return (getattr(engine, "prefill_graphs_enabled", ENABLED) and torch.device(engine.device).type == "cuda"
+            and not all_logits and MIN_TOKENS <= n <= chunk and not engine.config.is_moe
+            and not getattr(engine, "prefill_debug", False))
+
+
+class _Captured:
+    def __init__(self, ids: torch.Tensor, out: torch.Tensor, graph: torch.cuda.CUDAGraph, buffers: tuple):
+        self.ids, self.out, self.graph = ids, out, graph
+        self.buffers = buffers  # what the graph's kernels address: replaying after any moved is a use-after-free
+
+
+def _buffers(engine, ws) -> tuple:
+    return ws, getattr(engine, "prefill_matrix_scratch", None)
+
+
+class PrefillGraphs:
+    """Per engine: seen (length, start) pairs and their captured graphs."""
+
+    def __init__(self):
+        self.seen: set[tuple[int, int]] = set()
+        self.graphs: OrderedDict[tuple[int, int], _Captured | None] = OrderedDict()  # None: capture failed
+
+    def run(self, engine, ids: torch.Tensor, pos0: int, ws, eager) -> torch.Tensor:
+        """Logits [V] of prefilling `ids` at `pos0`: eagerly (`eager()`) the first time, then by replay."""
+        key = (int(ids.shape[0]), int(pos0))
+        if key not in self.seen:  # the first time compiles every kernel (capture cannot)
+            self.seen.add(key)
+            return eager()
+        cap = self.graphs.get(key)
+        if key not in self.graphs or (cap is not None and any(a is not b for a, b in zip(cap.buffers, _buffers(engine, ws)))):
+            self.graphs[key] = self._capture(engine, key, ws)
+            while len(self.graphs) > MAX_GRAPHS:
+                self.graphs.popitem(last=False)
+        cap = self.graphs[key]
+        if cap is None:
+            return eager()
+        self.graphs.move_to_end(key)
+        cap.ids.copy_(ids)
+        cap.graph.replay()
+        return cap.out[0].clone()  # the static row is overwritten by the next replay
+
+    @staticmethod
+    def _capture(engine, key: tuple[int, int], ws) -> _Captured | None:
+        from .prefill import _forward_chunk, _logits  # this module is imported by prefill.py
+
+        n, pos0 = key
+        ids = torch.zeros(n, dtype=torch.int32, device=engine.device)
+        out = torch.empty(1, engine.config.vocab_size, dtype=torch.float32, device=engine.device)
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(engine.device)
+        try:  # capturing runs nothing: the state is untouched until the replay
+            with torch.cuda.graph(graph):
+                _forward_chunk(engine, ids, ws, pos0)
+                _logits(engine, ws, slice(n - 1, n), out)
+        except RuntimeError:  # something in the path synchronises: stay eager for this key
+            torch.cuda.synchronize(engine.device)
+            return None
+        return _Captured(ids, out, graph, _buffers(engine, ws))
