@@ -50,6 +50,15 @@ def tg128_by_depth(receipt: dict) -> dict[str, dict[int, dict]]:
     return out
 
 
+def pp_by_tokens(receipt: dict) -> dict[str, dict[int, dict]]:
+    """{shape: {prompt tokens: record}} of the prompt-processing tests (no generation, depth 0)."""
+    out: dict[str, dict[int, dict]] = {}
+    for r in receipt.get("results", []):
+        if r.get("n_prompt") and not r.get("n_gen") and not r.get("n_depth") and r.get("median"):
+            out.setdefault(r["shape"], {})[int(r["n_prompt"])] = r
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="SHAPE=GGUF:LLAMA_BENCH_JSON")

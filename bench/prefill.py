@@ -45,6 +45,20 @@ LLAMACPP = {  # llama.cpp tok/s on the same synthetic files, bench/anchors/llama
     "4b": {512: 11254.6, 4096: 11787.8, 32768: 10945.2},
     "9b": {512: 8302.2, 4096: 8413.4, 32768: 8003.3},
 }
+SAME_CALL_LLAMA: dict = {}  # --llama-cpp: {shape: {tokens: record}} (bench/llamacpp_receipt.py), "receipt": its name
+
+
+def llama_ref(shape: str, tokens: int, gguf_sha256: str | None) -> tuple[float | None, object]:
+    """llama.cpp's pp tok/s for this file and length, and where it came from: the same call's llama-bench
+    on this very file (sha256 equal), else the anchor (another run), else none."""
+    same = SAME_CALL_LLAMA.get(shape, {}).get(tokens)
+    if same and gguf_sha256 and same.get("gguf_sha256") == gguf_sha256:
+        return same["median"], {"receipt": SAME_CALL_LLAMA["receipt"], "gguf_sha256": gguf_sha256, "n": same.get("n"),
+                                "spread_pct": same.get("spread_pct")}
+    ref = LLAMACPP.get(shape, {}).get(tokens)
+    return ref, ("anchor: bench/anchors/llamacpp-h200-anchor.json" if ref else None)
+
+
 FLA_US = {  # fla chunk_gated_delta_rule µs/layer (hv -> T -> µs), bench/anchors/fla-gdn-h200.json
     16: {512: 53.8, 4096: 189.3, 32768: 1369.3},
     32: {512: 62.9, 4096: 272.8, 32768: 2059.6},
@@ -254,9 +268,8 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
             s = _summary(times)
             rec = {"what": "prefill", "tokens": L, "gemm": mode, "chunk": plan_chunk(eng, L),
                    "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak()}
-            ref = LLAMACPP.get(shape, {}).get(L)
-            rec["llamacpp_tok_s"] = ref
-            rec["ratio_vs_llamacpp"] = rec["tok_s"] / ref if ref else None
+            ref, src = llama_ref(shape, L, (receipt.cur.get("gguf") or {}).get("sha256"))
+            rec.update(llamacpp_tok_s=ref, llamacpp_source=src, ratio_vs_llamacpp=rec["tok_s"] / ref if ref else None)
             receipt.add(rec)
             print(f"[pp{L} {mode}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
                   f"peak {(rec['peak_bytes'] or 0)/2**30:.2f} GiB", flush=True)
@@ -285,10 +298,10 @@ def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, rece
     finally:
         eng.prefill_graphs_enabled = False
     s = _summary(times)
-    ref = LLAMACPP.get(shape, {}).get(L)
+    ref, src = llama_ref(shape, L, (receipt.cur.get("gguf") or {}).get("sha256"))
     rec = {"what": "prefill", "tokens": L, "gemm": mode, "graph": True, "graph_captured": bool(captured),
            "max_abs_diff_vs_eager": diff, "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak(),
-           "llamacpp_tok_s": ref, "ratio_vs_llamacpp": L / s["median"] / ref if ref else None}
+           "llamacpp_tok_s": ref, "llamacpp_source": src, "ratio_vs_llamacpp": L / s["median"] / ref if ref else None}
     receipt.add(rec)
     print(f"[pp{L} {mode}+graph] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} "
           f"captured {captured} max|diff| vs eager {diff:.3g}", flush=True)
@@ -508,6 +521,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", action="store_true", help="also the kernel-level benches")
     ap.add_argument("--no-e2e", action="store_true", help="only the kernel-level benches")
     ap.add_argument("--gemm-m", type=ints, default=[512, 4096])
+    ap.add_argument("--llama-cpp", type=Path, metavar="RECEIPT", default=None,
+                    help="bench/llamacpp_receipt.py output made in this call: same-call ratios on the same files")
     ap.add_argument("--graphs", action="store_true",
                     help="also time each length replayed from a CUDA graph (and check it equals eager)")
     ap.add_argument("--gdn-t", type=ints, default=[512, 4096, 32768])
@@ -533,6 +548,10 @@ def main(argv=None) -> int:
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("prefill bench needs CUDA (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
+    if args.llama_cpp:
+        from bench.llamacpp_receipt import pp_by_tokens
+
+        SAME_CALL_LLAMA.update(pp_by_tokens(json.loads(args.llama_cpp.read_text())), receipt=args.llama_cpp.name)
     table, checks = [], {}
     receipt = Receipt(args)
     check_models = [m for m in args.check_models.split(",") if m]

@@ -10,6 +10,7 @@
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
 #   bash bench/device/pending.sh prefillcpu  # issue 13: 0.8B prefill noise, revisions on every core vs one
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
+#   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
@@ -80,6 +81,31 @@ case $step in
   graphs)  # issue 17: pp512-4k replayed from a CUDA graph (runtime/triton/prefill_graph.py, off by default) vs eager
     timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024,4096 --gemm auto --graphs \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
+  llamacpp)  # issue 17: llama.cpp 3f545be built on the box from the carried .llama (bench/device/llama_src.py here),
+             # run on the very files bench/prefill.py times, in this call: same-call pp512/pp4096 ratios
+    [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
+    LB=/var/tmp/llama-build; shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
+    if [ ! -x $LB/bin/llama-bench ]; then
+      cmake -S .llama -B $LB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$OUT/llama-build.log" 2>&1 \
+        && timeout $(( $(left) - 150 )) ninja -C $LB -j16 llama-bench >> "$OUT/llama-build.log" 2>&1
+      echo "llama-bench build rc=$? in $(( $(date +%s) - T0 )) s of the call"
+    fi
+    [ -x $LB/bin/llama-bench ] || { tail -5 "$OUT/llama-build.log"; continue; }
+    python3 bench/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
+      --out /var/tmp/synth-only > /dev/null 2>&1  # makes the files (.cache/bench) if this box has none yet
+    runs=""
+    for sh in ${shapes//,/ }; do
+      f=.cache/bench/synth-$sh-q4_k_m-seed0.gguf; [ -f "$f" ] || { echo "no $f"; continue; }
+      timeout 120 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6 -o json > "$OUT/llama-$sh.json" \
+        2> "$OUT/llama-$sh-stderr.log"; runs="$runs $sh=$f:$OUT/llama-$sh.json"
+    done
+    python3 bench/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6" \
+      --out "$OUT" $runs
+    lr=$(ls "$OUT"/llamacpp-bench-*.json 2>/dev/null | tail -1)
+    timeout $(( $(left) )) python3 bench/prefill.py --models $shapes --lengths 512,4096 --gemm auto ${lr:+--llama-cpp "$lr"} \
+      --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12 ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
@@ -87,5 +113,6 @@ case $step in
 esac
 done
 # At most 8 files come back: the logs travel as one archive beside the receipts.
-(cd "$OUT" && ls *.log *.txt >/dev/null 2>&1 && tar czf logs.tgz *.log *.txt && rm -f *.log *.txt)
+(cd "$OUT" && ls *.log *.txt >/dev/null 2>&1 && tar czf logs.tgz *.log *.txt $(ls llama-*.json 2>/dev/null) \
+   && rm -f *.log *.txt llama-*.json)
 ls -la "$OUT"
