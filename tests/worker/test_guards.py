@@ -1,7 +1,5 @@
 """Accuracy guards paired against base: KL drift with top-1 unchanged fails; main failing its own
 bars is INFRA; a bit-identical head cannot fail; prompts look like text."""
-import hashlib
-
 import numpy as np
 import pytest
 
@@ -13,9 +11,10 @@ from worker.records import InfraKind, Verdict
 S = EvalSettings()
 
 
-def scores(role, top1, kl, digest=b""):
+def scores(role, top1, kl, identical=False):
     r = RevisionScores(role, [SeedScore(i, top1, kl, kl * 3) for i in range(3)])
-    r.logits_digest = hashlib.sha256(digest or f"{role}{top1}{kl}".encode())
+    if role == "head":
+        r.identical_to["base"] = identical
     return r
 
 
@@ -51,11 +50,10 @@ def test_bit_identical_head_cannot_fail():
     """Bars so tight that a head with base's very scores fails them unless it is bit for bit base's."""
     b = guard_bounds(AA, 3, S)
     tight = b.__class__(**{**b.__dict__, "kl_ratio": 0.5, "kl_tol": 0.0})
-    same = dict(digest=b"same logits")
-    twin = {"base": scores("base", 0.99, 1.0e-4, **same), "head": scores("head", 0.99, 1.0e-4, **same)}
+    twin = {"base": scores("base", 0.99, 1.0e-4), "head": scores("head", 0.99, 1.0e-4, identical=True)}
     g = guard_result("m", twin, tight)
     assert g.passed and g.bit_identical
-    other = {"base": scores("base", 0.99, 1.0e-4, digest=b"a"), "head": scores("head", 0.99, 1.0e-4, digest=b"b")}
+    other = {"base": scores("base", 0.99, 1.0e-4), "head": scores("head", 0.99, 1.0e-4, identical=False)}
     assert not guard_result("m", other, tight).passed
 
 
@@ -108,3 +106,48 @@ def test_guard_prompts_sent_to_the_revisions_look_like_text(tmp_path, cache):
     counts = np.sort(np.bincount(ids, minlength=vocab))[::-1]
     assert counts[0] > 20 * len(ids) / vocab  # a Zipf head, not uniform ids
     assert ids.max() < vocab - 26  # no special tokens
+
+
+class _Changed(_Proc):
+    """A head whose logits differ from base's in one value of its `at`-th logits answer only."""
+
+    def __init__(self, tmp, vocab, role, at, change):
+        super().__init__(tmp, vocab, role)
+        self.answers, self.at, self.change = 0, at, change
+
+    def request(self, op, **kw):
+        resp = super().request(op, **kw)
+        if op != "stage":
+            self.answers += 1
+            if self.answers == self.at:
+                self._last = self._last.copy()
+                self.change(self._last)
+        return resp
+
+
+def _score(tmp_path, head):
+    from worker.config import DEFAULT_PROFILES
+    from worker.guards.scoring import score_revisions
+
+    prof = DEFAULT_PROFILES["quick"].model_copy(update={"prompt_len": 64, "long_context": 256})
+    procs = {"base": _Proc(tmp_path / "base", 512, "base"), "head": head}
+    return score_revisions(procs, _Proc(tmp_path / "ref", 512, "reference"), vocab=512, model_sha="0" * 64,
+                           ref_version="v", profile=prof)
+
+
+def _one_ulp(a):
+    a[3, 5] = np.nextafter(a[3, 5], np.float32(np.inf))
+
+
+def _negative_zero(a):
+    assert a[0, 0] == 0.0  # sin(0): column 0 is exactly zero
+    a[0, 0] = -0.0  # equal as a value, not as bits
+
+
+@pytest.mark.parametrize("change", [_one_ulp, _negative_zero])
+def test_bit_identity_is_exact_on_every_prompt(tmp_path, cache, change):
+    same = _score(tmp_path / "same", _Proc(tmp_path / "same" / "head", 512, "head"))
+    assert same["head"].identical_to == {"base": True} and same["base"].identical_to == {}
+    # its 7th answer: the last prompt of the last seed (after 2 prompts + the long one of seed 0, then 2 + 2)
+    changed = _score(tmp_path / "changed", _Changed(tmp_path / "changed" / "head", 512, "head", at=7, change=change))
+    assert changed["head"].identical_to == {"base": False}
