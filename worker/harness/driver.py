@@ -315,9 +315,10 @@ class Driver:
     def pin_logits(self, req):
         """Page-lock the first `rows` x vocab float32 of the shared buffer for the GPU (cudaHostRegister;
         rows 0 unlocks it). A timed generate's per-step logits (64 x 248k = 64 MB) then move by DMA
-        with no page faults: copied into pageable pages they were a cost of every timed request and a
-        likely source of the process-to-process decode offsets (bench/decode_noise.py measures both).
-        Never fatal: a box that refuses keeps the pageable copy and says why."""
+        with no page faults. Into pageable pages they cost +2.9 % (9B) / +6.6 % (0.8B) of a generate and
+        up to 0.84 % within-pair sd on the H200; pinned +1.0 / +2.2 % and 0.06-0.19 %, as with no copy
+        (bench/receipts/decode-noise-20261203T115546Z.json). Never fatal: a box that refuses keeps the
+        pageable copy and says why."""
         torch = self.torch
         rows = int(req.get("rows") or 0)
         if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
