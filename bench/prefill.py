@@ -292,7 +292,7 @@ def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, rece
         eng.reset()
         replayed = eng.prefill(ids)
         graphs = getattr(eng, "prefill_graphs", None)
-        captured = graphs is not None and graphs.graphs.get((L, 0)) is not None
+        captured = graphs is not None and graphs.graphs.get((L, 0, mode)) is not None
         diff = float((replayed - eager).abs().max())
         times = [_prefill_once(eng, ids) for _ in range(n)]
     finally:

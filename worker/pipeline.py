@@ -93,6 +93,25 @@ class ModelOutcome:
     memory_failures: list[str] = field(default_factory=list)
 
 
+def _pin_report(proc: RevisionProcess, resp: dict, rows: int) -> dict | None:
+    """The driver's word on the rows it page-locked (pin_logits), kept short. Base's is checked against the
+    parent's own figure: a host that would not page-lock them for base would time base's per-step copies
+    through pageable pages (+2-7 % of a generate) while a head can lock its own, so the two would not be
+    timed alike (INFRA, never the PR's). A head's word is only recorded: its pinning is its own business."""
+    if rows <= 0:
+        return None
+    said = resp.get("pinned") if isinstance(resp.get("pinned"), dict) else {}
+    got = said.get("bytes")
+    want = proc.shm.pinned_bytes(rows, int(resp["vocab_size"])) if proc.shm is not None else None
+    report = {"bytes_reported": got if type(got) is int else None, "expected": want,
+              "why": str(said.get("why"))[:200] if said.get("why") is not None else None}
+    if proc.role == "base" and want is not None and got != want:
+        raise RevisionFault("base", "load", "sandbox", f"the host did not page-lock the {rows} per-step logits "
+                            f"rows for base ({got!r} of {want} bytes: {report['why']}); base and head would not "
+                            "be timed alike")
+    return report
+
+
 def _check_protocol(role: str, hello: dict) -> None:
     if hello.get("protocol") != 1:
         raise RevisionFault(role, "start", "protocol",
@@ -294,7 +313,7 @@ class Evaluation:
                     got = resp["vocab_size"]
                     self.__dict__.setdefault("_pair_loads", []).append(
                         {"model": spec.name, "pair": n, "role": r, "load_s": round(secs, 3),
-                         "pinned": resp.get("pinned")})
+                         "pinned": _pin_report(procs[r], resp, p.pin_rows())})
                     if vocab is not None and got != vocab:
                         raise RevisionFault(r, "load", "protocol", f"vocab {got} != reference {vocab}")
                 yield {r: procs[r] for r in ("base", "head")}
@@ -327,6 +346,8 @@ class Evaluation:
         for role in ("base", "head", "reference"):
             resp, secs = procs[role].finish(phase="load", timeout=p.load_timeout_s)
             vocab[role] = resp["vocab_size"]
+            if role != "reference":
+                self._hellos[role].setdefault("pinned", {})[spec.name] = _pin_report(procs[role], resp, p.pin_rows())
             self._hellos[role].setdefault("load_seconds", {})[spec.name] = round(secs, 3)
             for k in ("torch", "triton"):
                 self._hellos[role][k] = self._hellos[role].get(k) or resp.get(k)

@@ -42,15 +42,17 @@ def _buffers(engine, ws) -> tuple:
 
 
 class PrefillGraphs:
-    """Per engine: seen (length, start) pairs and their captured graphs."""
+    """Per engine: seen (length, start, GEMM mode) keys and their captured graphs."""
 
     def __init__(self):
-        self.seen: set[tuple[int, int]] = set()
-        self.graphs: OrderedDict[tuple[int, int], _Captured | None] = OrderedDict()  # None: capture failed
+        self.seen: set[tuple] = set()  # (length, start, GEMM mode)
+        self.graphs: OrderedDict[tuple, _Captured | None] = OrderedDict()  # None: capture failed
 
     def run(self, engine, ids: torch.Tensor, pos0: int, ws, eager) -> torch.Tensor:
         """Logits [V] of prefilling `ids` at `pos0`: eagerly (`eager()`) the first time, then by replay."""
-        key = (int(ids.shape[0]), int(pos0))
+        from .prefill import gemm_mode  # another GEMM path is another graph
+
+        key = (int(ids.shape[0]), int(pos0), gemm_mode(engine))
         if key not in self.seen:  # the first time compiles every kernel (capture cannot)
             self.seen.add(key)
             return eager()
@@ -68,10 +70,10 @@ class PrefillGraphs:
         return cap.out[0].clone()  # the static row is overwritten by the next replay
 
     @staticmethod
-    def _capture(engine, key: tuple[int, int], ws) -> _Captured | None:
+    def _capture(engine, key: tuple, ws) -> _Captured | None:
         from .prefill import _forward_chunk, _logits  # this module is imported by prefill.py
 
-        n, pos0 = key
+        n, pos0, _ = key
         ids = torch.zeros(n, dtype=torch.int32, device=engine.device)
         out = torch.empty(1, engine.config.vocab_size, dtype=torch.float32, device=engine.device)
         graph = torch.cuda.CUDAGraph()

@@ -52,10 +52,17 @@ def test_never_more_than_the_shared_buffer():
     assert d.pin_logits({"rows": 10_000})["bytes"] == 1 << 20
 
 
-def test_a_refusal_keeps_the_pageable_copy_and_says_why():
+def test_a_refusal_keeps_the_pageable_copy_says_why_and_clears_the_pending_error(monkeypatch):
+    """torch's binding leaves a refused cudaHostRegister's error pending: the next kernel launch would raise it."""
+    cleared = []
+    monkeypatch.setattr(driver_mod, "_clear_cuda_error", lambda: cleared.append(1))
     d = _driver(FakeCudart(fail=True))
     got = d.pin_logits({"rows": 2})
-    assert got["bytes"] == 0 and "cudaHostRegister" in got["why"] and d.pinned == 0
+    assert got["bytes"] == 0 and "cudaHostRegister" in got["why"] and d.pinned == 0 and cleared == [1]
+
+
+def test_clearing_without_a_cuda_runtime_loaded_is_harmless():
+    driver_mod._clear_cuda_error()  # no libcudart in this CPU process: nothing to read, nothing raised
 
 
 @pytest.mark.parametrize("torch_present", [False, True])
@@ -89,3 +96,45 @@ def test_no_copy_span_crosses_the_pinned_boundary(n, pinned):
     assert spans[0][0] == 0 and spans[-1][1] == n and all(a < b for a, b in spans)
     assert all(spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))  # contiguous, nothing lost
     assert not any(a < pinned < b for a, b in spans)
+
+
+# -- the parent's side: base's pin is checked against the parent's own figure (worker/pipeline.py) ----------
+
+def _proc(role, capacity=1 << 30):
+    from worker.harness.shm import LogitsBuffer
+
+    return SimpleNamespace(role=role, shm=SimpleNamespace(pinned_bytes=LogitsBuffer.pinned_bytes.__get__(
+        SimpleNamespace(capacity=capacity))))
+
+
+def test_a_host_that_would_not_pin_for_base_is_infra_never_the_prs():
+    from worker.harness.client import RevisionFault
+    from worker.pipeline import _pin_report
+    from worker.records import InfraKind, Verdict
+    from worker.verdicts.faults import classify
+
+    want = -(-64 * 1000 * 4 // mmap.PAGESIZE) * mmap.PAGESIZE
+    ok = _pin_report(_proc("base"), {"vocab_size": 1000, "pinned": {"ok": True, "bytes": want}}, 64)
+    assert ok == {"bytes_reported": want, "expected": want, "why": None}
+    with pytest.raises(RevisionFault) as e:
+        _pin_report(_proc("base"), {"vocab_size": 1000, "pinned": {"bytes": 0, "why": "cudaHostRegister: 1"}}, 64)
+    f = classify(e.value, "m")
+    assert f.verdict == Verdict.INFRA and f.infra_kind == InfraKind.SANDBOX_FAILURE and "timed alike" in str(f)
+
+
+def test_a_heads_word_is_only_recorded_and_kept_short():
+    from worker.pipeline import _pin_report
+
+    r = _pin_report(_proc("head"), {"vocab_size": 1000, "pinned": {"bytes": 2 ** 40, "why": "x" * (3 << 20)}}, 64)
+    assert r["bytes_reported"] == 2 ** 40 and len(r["why"]) == 200  # a lie costs the head nothing here, and no bloat
+    assert _pin_report(_proc("head"), {"vocab_size": 1000, "pinned": "junk"}, 64)["bytes_reported"] is None
+    assert _pin_report(_proc("base"), {"vocab_size": 1000}, 0) is None  # nothing asked, nothing checked
+
+
+def test_the_parents_figure_is_the_drivers():
+    from worker.harness.shm import LogitsBuffer
+
+    d = _driver(FakeCudart(), size=64 << 20)
+    buf = SimpleNamespace(capacity=len(d.shm))
+    for rows in (1, 3, 64, 10_000):
+        assert d.pin_logits({"rows": rows})["bytes"] == LogitsBuffer.pinned_bytes(buf, rows, d.vocab)

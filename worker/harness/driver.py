@@ -77,6 +77,21 @@ def _copy_spans(n, pinned):
     return [(0, k), (k, n)] if 0 < k < n else [(0, n)]
 
 
+def _clear_cuda_error():
+    """Read (and so clear) the CUDA runtime's pending error after a refused cudaHostRegister: torch's
+    binding leaves it set, and the next kernel launch would raise it as its own. Through the very
+    libcudart this process loaded (its path from /proc/self/maps: another copy has its own state)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+        for path in paths:
+            ctypes.CDLL(path).cudaGetLastError()
+    except OSError:
+        pass
+
+
 def _accepts(fn, name):
     import inspect
 
@@ -335,7 +350,8 @@ class Driver:
             return {"ok": True, "bytes": 0}
         err = cudart.cudaHostRegister(ptr, size, 0)
         if int(getattr(err, "value", err)) != 0:
-            return {"ok": True, "bytes": 0, "why": f"cudaHostRegister: {err}"}
+            _clear_cuda_error()
+            return {"ok": True, "bytes": 0, "why": f"cudaHostRegister: {err}"[:200]}
         self.pinned = size
         return {"ok": True, "bytes": size}
 

@@ -28,6 +28,11 @@ class LogitsBuffer:
         fcntl.fcntl(self.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
         self.view = mmap.mmap(self.fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ)
 
+    def pinned_bytes(self, rows: int, vocab: int) -> int:
+        """What the driver page-locks for `rows` x vocab float32 at offset 0 (driver.py pin_logits): page-rounded,
+        at most the capacity. The parent's own figure, to check the driver's answer against."""
+        return min(self.capacity, -(-rows * vocab * 4 // mmap.PAGESIZE) * mmap.PAGESIZE) if rows > 0 else 0
+
     def read(self, rows: int, vocab: int) -> np.ndarray:
         """A private copy of rows x vocab float32 values (ValueError if over capacity)."""
         if not (isinstance(rows, int) and isinstance(vocab, int)) or rows <= 0 or vocab <= 0:

@@ -27,7 +27,7 @@ def fake_capture(monkeypatch):
     def capture(engine, key, ws):
         if engine.fail:
             return None
-        n, _ = key
+        n, _, _ = key
         out = torch.full((1, 4), float(len(made) + 1))
         cap = pg._Captured(torch.zeros(n, dtype=torch.int32), out, FakeGraph(out), pg._buffers(engine, ws))
         made.append((key, cap))
@@ -37,8 +37,8 @@ def fake_capture(monkeypatch):
     return made
 
 
-def _engine(fail=False):
-    return SimpleNamespace(fail=fail, prefill_matrix_scratch=None)
+def _engine(fail=False, gemm="auto"):
+    return SimpleNamespace(fail=fail, prefill_matrix_scratch=None, prefill_gemm=gemm)
 
 
 def test_first_sighting_is_eager_then_replays(fake_capture):
@@ -83,7 +83,7 @@ def test_a_failed_capture_stays_eager(fake_capture):
     ids = torch.arange(8, dtype=torch.int32)
     for _ in range(3):
         g.run(eng, ids, 0, ws, lambda: calls.append(1) or torch.zeros(4))
-    assert len(calls) == 3 and g.graphs[(8, 0)] is None
+    assert len(calls) == 3 and g.graphs[(8, 0, "auto")] is None
 
 
 def test_only_so_many_graphs_are_kept(fake_capture):
@@ -92,7 +92,19 @@ def test_only_so_many_graphs_are_kept(fake_capture):
         ids = torch.arange(64 + n, dtype=torch.int32)
         g.run(eng, ids, 0, ws, lambda: torch.zeros(4))
         g.run(eng, ids, 0, ws, lambda: torch.zeros(4))
-    assert len(g.graphs) == pg.MAX_GRAPHS and (64, 0) not in g.graphs  # the least recently used went
+    assert len(g.graphs) == pg.MAX_GRAPHS and (64, 0, "auto") not in g.graphs  # the least recently used went
+
+
+def test_another_gemm_mode_is_another_graph(fake_capture):
+    """A graph captured on one GEMM path replayed under another's label would time the wrong kernels."""
+    g, eng, ws = PrefillGraphs(), _engine(gemm="scratch"), object()
+    ids = torch.arange(8, dtype=torch.int32)
+    g.run(eng, ids, 0, ws, lambda: torch.zeros(4))
+    g.run(eng, ids, 0, ws, lambda: torch.zeros(4))
+    eng.prefill_gemm = "tile"
+    eager = []
+    g.run(eng, ids, 0, ws, lambda: eager.append(1) or torch.zeros(4))
+    assert eager == [1] and [k for k, _ in fake_capture] == [(8, 0, "scratch")]
 
 
 def _cfg(moe=False):
