@@ -131,6 +131,13 @@ def test_a_heads_word_is_only_recorded_and_kept_short():
     assert _pin_report(_proc("base"), {"vocab_size": 1000}, 0) is None  # nothing asked, nothing checked
 
 
+def test_a_base_without_cuda_has_nothing_to_pin():
+    from worker.pipeline import _pin_report
+
+    said = {"vocab_size": 1000, "pinned": {"bytes": 0, "cuda": False, "why": "no CUDA in this process"}}
+    assert _pin_report(_proc("base"), said, 64)["bytes_reported"] == 0  # recorded, not a fault: no device copies
+
+
 def test_the_parents_figure_is_the_drivers():
     from worker.harness.shm import LogitsBuffer
 

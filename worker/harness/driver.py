@@ -337,7 +337,7 @@ class Driver:
         torch = self.torch
         rows = int(req.get("rows") or 0)
         if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-            return {"ok": True, "bytes": 0, "why": "no CUDA in this process"}
+            return {"ok": True, "bytes": 0, "cuda": False, "why": "no CUDA in this process"}
         import ctypes
 
         cudart = torch.cuda.cudart()
