@@ -219,7 +219,7 @@ DEFAULT_PROFILES: dict[str, ProfileSettings] = {
                   prefill_contexts=[4096, 32768, 65536, 131072]),
             _real("0.8b", "q8_0", "guard", decode_contexts=[512, 4096, 32768], prefill_contexts=[4096]),
             # The cross-architecture guard: the MoE sibling (routed experts, top-k routing, shared expert)
-            # runs kernels no dense model touches (tests/worker/test_moe_guard.py).
+            # runs kernels no dense model touches (tests/worker/guards/test_moe_guard.py).
             _real("35b-a3b", "q4_k_m", "guard", decode_contexts=[512, 4096], prefill_contexts=[4096]),
         ],
         decode_tokens=128,

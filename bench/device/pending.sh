@@ -36,22 +36,23 @@ restore() {
     && cp "bench/receipts/aa-history-h200-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1
   echo "restored $st"; }
 cal() { [ "$1" = calibrate ] || restore
-        timeout $(( $(left) )) python3 bench/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
+        timeout $(( $(left) )) python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
           "$1" --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
-        python3 bench/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
+        python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
           bench/receipts/aa-history-h200-*.sqlite 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
 # PostgreSQL for the red team's database attacks (a GPU worker has none; the attacks must still meet one):
 # the binaries of the pgserver wheel in the kit, run as nobody (postgres refuses root), trust, 127.0.0.1:5432.
+# uid/gid 65534 with no groups, by Python: the box may lack util-linux's setpriv.
+as_nobody() { python3 -c 'import os, sys; os.setgroups([]); os.setgid(65534); os.setuid(65534); os.execvp(sys.argv[1], sys.argv[1:])' "$@"; }
 start_pg() {
   python3 -c "import socket; socket.create_connection(('127.0.0.1', 5432), 1)" 2>/dev/null && return 0
   local b; b=$(python3 -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pgserver').origin))" \
     2>/dev/null)/pginstall/bin
   chmod +x "$b"/* 2>/dev/null; [ -x "$b/postgres" ] || { echo "no PostgreSQL binaries (pgserver wheel) in the kit"; return 1; }
   mkdir -p /var/tmp/pgdata /var/run/postgresql && chown 65534:65534 /var/tmp/pgdata /var/run/postgresql
-  local as="setpriv --reuid=65534 --regid=65534 --clear-groups"
-  [ -f /var/tmp/pgdata/PG_VERSION ] || $as "$b/initdb" -D /var/tmp/pgdata -U postgres --auth=trust >/dev/null
-  $as "$b/pg_ctl" -D /var/tmp/pgdata -l /var/tmp/pgdata/log -o "-h 127.0.0.1 -p 5432 -k /var/run/postgresql" -w start \
+  [ -f /var/tmp/pgdata/PG_VERSION ] || as_nobody "$b/initdb" -D /var/tmp/pgdata -U postgres --auth=trust >/dev/null
+  as_nobody "$b/pg_ctl" -D /var/tmp/pgdata -l /var/tmp/pgdata/log -o "-h 127.0.0.1 -p 5432 -k /var/run/postgresql" -w start \
     >/dev/null && echo "PostgreSQL up (pgserver binaries)"; }
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
@@ -61,28 +62,28 @@ case $step in
     start_pg
     timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
     echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
-    timeout 60 python3 bench/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
-    timeout 150 python3 bench/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
+    timeout 60 python3 bench/worker/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
+    timeout 150 python3 bench/runtime/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
     tail -12 "$OUT/step-logits-0.8b.json" ;;
   calibrate|placebo|detect) cal "$step" ;;
   e2e)  # the worker reads the history `calibrate` left on this box (same card and protocol: no 15-min wait)
     [ -f /var/tmp/cal/history.sqlite ] && export TOKENGATE_AA_HISTORY=/var/tmp/cal/history.sqlite
-    timeout $(( $(left) )) python3 -m bench.gpu_e2e --out "$OUT" --budget-s $(( $(left) - 60 )) 2>&1 | tail -20 ;;
+    timeout $(( $(left) )) python3 -m bench.worker.gpu_e2e --out "$OUT" --budget-s $(( $(left) - 60 )) 2>&1 | tail -20 ;;
   profile)
     for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
-      timeout $(( $(left) )) python3 bench/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10
+      timeout $(( $(left) )) python3 bench/profiling/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10
     done ;;
-  noise)  # issue 13: is the decode pair noise fresh processes or the per-step logits copy? (bench/decode_noise.py)
-    timeout $(( $(left) )) python3 bench/decode_noise.py --out "$OUT" --model qwen35-9b-q4_k_m --pairs 6 --budget 170 \
+  noise)  # issue 13: is the decode pair noise fresh processes or the per-step logits copy? (bench/worker/decode_noise.py)
+    timeout $(( $(left) )) python3 bench/worker/decode_noise.py --out "$OUT" --model qwen35-9b-q4_k_m --pairs 6 --budget 170 \
       --model qwen35-0.8b-q8_0 2>&1 | tee "$OUT/noise.log" | grep -E "^pair|receipt|Error|error" ;;
   prefillcpu)  # issue 13: the 0.8B prefill 4k pair sd 11.4 % (gpu-calibration-standard-20261203T121536Z.json): CPU placement?
-    timeout $(( $(left) )) python3 bench/decode_noise.py --out "$OUT" --model qwen35-0.8b-q8_0 --variants cpus --prefill \
+    timeout $(( $(left) )) python3 bench/worker/decode_noise.py --out "$OUT" --model qwen35-0.8b-q8_0 --variants cpus --prefill \
       --pairs 8 --budget 200 2>&1 | tee "$OUT/prefillcpu.log" | grep -E "^pair|receipt|Error|error" ;;
   graphs)  # issue 17: pp512-4k replayed from a CUDA graph (runtime/triton/prefill_graph.py, off by default) vs eager
-    timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024,4096 --gemm auto --graphs \
+    timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024,4096 --gemm auto --graphs \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   llamacpp)  # issue 17: llama.cpp 3f545be built on the box from the carried .llama (bench/device/llama_src.py here),
-             # run on the very files bench/prefill.py times, in this call: same-call pp512/pp4096 ratios
+             # run on the very files bench/runtime/prefill.py times, in this call: same-call pp512/pp4096 ratios
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
     LB=/var/tmp/llama-build; shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
     if [ ! -x $LB/bin/llama-bench ]; then
@@ -93,7 +94,7 @@ case $step in
       echo "llama-bench build rc=$? in $(( $(date +%s) - T0 )) s of the call"
     fi
     [ -x $LB/bin/llama-bench ] || { tail -5 "$OUT/llama-build.log"; continue; }
-    python3 bench/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
+    python3 bench/runtime/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
       --out /var/tmp/synth-only > /dev/null 2>&1  # makes the files (.cache/bench) if this box has none yet
     runs=""
     for sh in ${shapes//,/ }; do
@@ -101,13 +102,13 @@ case $step in
       timeout 120 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6 -o json > "$OUT/llama-$sh.json" \
         2> "$OUT/llama-$sh-stderr.log"; runs="$runs $sh=$f:$OUT/llama-$sh.json"
     done
-    python3 bench/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6" \
+    python3 bench/llamacpp/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6" \
       --out "$OUT" $runs
     lr=$(ls "$OUT"/llamacpp-bench-*.json 2>/dev/null | tail -1)
-    timeout $(( $(left) )) python3 bench/prefill.py --models $shapes --lengths 512,4096 --gemm auto ${lr:+--llama-cpp "$lr"} \
+    timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $shapes --lengths 512,4096 --gemm auto ${lr:+--llama-cpp "$lr"} \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12 ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
-    timeout $(( $(left) )) python3 bench/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
+    timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

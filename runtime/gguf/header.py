@@ -2,7 +2,7 @@
 
 Why not `gguf.GGUFReader`: it builds numpy views for every string of the tokenizer arrays
 (~500k for the Qwen3.5 vocabulary), which took 30 s of a 32 s model load on the H200
-(bench/load_profile.py). Here strings are decoded straight from the buffer: well under a second.
+(bench/runtime/load_profile.py). Here strings are decoded straight from the buffer: well under a second.
 Little-endian GGUF v2/v3 only (the caller refuses others first).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `q4_k_m` reproduces stock `llama-quantize … Q4_K_M` (no imatrix) for qwen35 files
 (architecture reference §8.4); `q8_0` reproduces `llama-quantize … Q8_0`; `f32`/`f16`/`bf16`
 reproduce convert_hf_to_gguf's output types. Verified against llama.cpp's own files
-(fixture + bench/llamacpp-h200-anchor.json) in tests/runtime/quant/test_policy.py.
+(fixture + bench/anchors/llamacpp-h200-anchor.json) in tests/runtime/quant/test_policy.py.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ FREE_FRACTION = 0.5  # of the free device memory the chunk scratch may take
 # buffer, then a cuBLAS GEMM (bounded by the largest layer matrix; its dequant cost is paid once per
 # chunk, so it wins for long chunks). "auto" (default): scratch for chunks of at least SCRATCH_MIN_M
 # tokens, tile below — measured on H200 at 0.8B: pp4096 96.0k tok/s auto vs 74.5k tile, pp32768
-# 92.4k vs 64.6k (bench/prefill.py --gemm); at 512 tokens scratch vs tile: 9B 10122 vs 8002 tok/s,
+# 92.4k vs 64.6k (bench/runtime/prefill.py --gemm); at 512 tokens scratch vs tile: 9B 10122 vs 8002 tok/s,
 # 4B 12097 vs 11381, 0.8B 16211 vs 16771 (host-bound there: its pp1024 is as fast)
 # (bench/receipts/prefill-0.8b_4b_9b-20261203T115558Z.json).
 GEMM_MODES = ("tile", "scratch", "auto")

@@ -1,5 +1,5 @@
 """A prefill-only engine with the buffers prefill_forward reads (see prefill.py's docstring), for
-bench/prefill.py when there is no GGUF file: `random_engine` makes Q4_K_M-typed random weights
+bench/runtime/prefill.py when there is no GGUF file: `random_engine` makes Q4_K_M-typed random weights
 directly on the device (prefill speed does not depend on weight values). It has no decode path;
 for real files use TritonEngine.
 """

@@ -1,4 +1,4 @@
-"""bench/decode.py's kernel checks on the shared tiny Q4_K_M fixture (CPU interpreter in CI): the
+"""bench/runtime/decode.py's kernel checks on the shared tiny Q4_K_M fixture (CPU interpreter in CI): the
 GEMVs are checked with the heuristic tiles and with the engine's own, int8-x ones included."""
 import os
 from pathlib import Path
@@ -16,7 +16,7 @@ FIX = TINY / "qwen35-tiny4-Q4_K_M.gguf"
 @pytest.mark.slow
 @pytest.mark.skipif(not FIX.exists(), reason="shared tiny fixtures not present")
 def test_kernel_checks_cover_the_engines_own_gemv_tiles():
-    from bench.decode import kernel_checks
+    from bench.runtime.decode import kernel_checks
     from runtime.gguf import load_gguf
     from runtime.kernels.gemv import AutoTile
     from runtime.triton.engine import TritonEngine

@@ -1,11 +1,11 @@
-"""bench/decode_noise.py: the arithmetic that separates process-pair offsets from within-pair noise, and
+"""bench/worker/decode_noise.py: the arithmetic that separates process-pair offsets from within-pair noise, and
 one CPU run of the script end to end (tiny model, quick profile) so the GPU call cannot die on a typo."""
 import json
 import math
 
 import pytest
 
-from bench import decode_noise
+from bench.worker import decode_noise
 from worker import sandbox
 
 

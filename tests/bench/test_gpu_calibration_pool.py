@@ -1,6 +1,6 @@
 """Pooling A/A histories of several GPU runs (other cards) into the placebo: by host, by profile and
 protocol, oldest first; a model's gates grouped so each model is judged on its own pairs."""
-from bench.gpu_calibration import by_model, pooled_deltas
+from bench.worker.gpu_calibration import by_model, pooled_deltas
 from worker.calibration.aa_store import AAStore
 
 NAMES = {"big decode@128": ("big", "decode@128", "p1"), "big prefill@4096": ("big", "prefill@4096", "p1"),

@@ -1,8 +1,8 @@
-"""bench/llamacpp_receipt.py: llama-bench's JSON -> receipt, and the tg128 table decode.py reads from it."""
+"""bench/llamacpp/llamacpp_receipt.py: llama-bench's JSON -> receipt, and the tg128 table decode.py reads from it."""
 import hashlib
 import json
 
-from bench.llamacpp_receipt import main, tg128_by_depth
+from bench.llamacpp.llamacpp_receipt import main, tg128_by_depth
 
 
 def _llama_bench_json(path, depths_ts):

@@ -2,8 +2,8 @@
 otherwise the anchor, said as such; pp records are told apart from tg ones."""
 import pytest
 
-from bench import prefill
-from bench.llamacpp_receipt import pp_by_tokens, tg128_by_depth
+from bench.runtime import prefill
+from bench.llamacpp.llamacpp_receipt import pp_by_tokens, tg128_by_depth
 
 RECEIPT = {"results": [
     {"shape": "9b", "n_prompt": 512, "n_gen": 0, "n_depth": 0, "median": 9000.0, "gguf_sha256": "abc", "n": 6},

@@ -1,5 +1,5 @@
 """The prefill profiler's GPU-busy figure: the union of kernel intervals, never their sum."""
-from bench.prefill_profile import busy_seconds
+from bench.profiling.prefill_profile import busy_seconds
 
 
 def test_busy_is_the_union_of_kernel_intervals():

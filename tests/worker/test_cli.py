@@ -6,7 +6,7 @@ from rich.console import Console
 from worker import cli
 from worker.calibration.aa_store import AAStore
 
-from .conftest import GOOD, fake_model, make_profile, make_repo, make_settings
+from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make_settings
 
 
 def test_eval_command_writes_comment_and_receipt(tmp_path, cache):

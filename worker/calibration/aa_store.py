@@ -6,7 +6,7 @@ from these rows; the bot's database is not involved (the GPU side holds no DB cr
 
 `host` holds the calibration key (worker/calibration/key.py: GPU UUID + driver + torch/triton,
 not the hostname). The file lives on a compose volume (`aa-history`), so a re-created worker
-keeps its history; it is also the file `bench/gpu_calibration.py` resumes from.
+keeps its history; it is also the file `bench/worker/gpu_calibration.py` resumes from.
 
 Speed rows are *process-pair* deltas (worker/gates/noise.py), also keyed by the measurement protocol
 (reps, clock, tokens...): a floor is only valid for deltas measured the same way. The older

@@ -41,7 +41,7 @@ DENIED = (
 )
 
 # Syscall numbers (Linux uapi: arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h);
-# tests/worker/test_seccomp.py checks them against this machine's kernel headers.
+# tests/worker/redteam/test_escape.py checks them against this machine's kernel headers.
 SYSCALLS = {
     "x86_64": {
         "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,

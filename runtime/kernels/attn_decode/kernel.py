@@ -139,7 +139,7 @@ class AttnConfig:
     """Launch choices of the decode attention (the split count lives in AttnWorkspace: it sizes buffers).
 
     The defaults are the fastest correct choice at 0.8B, 4B and 9B on the H200 at depths 0, 4096 and
-    16384 together (bench/attn_sweep.py, receipt attn-sweep-20261201T094039Z.json: 16k at 0.8B went
+    16384 together (bench/profiling/attn_sweep.py, receipt attn-sweep-20261201T094039Z.json: 16k at 0.8B went
     from 30.0 to 19.0 us per layer, depth 0 from 11.1 to 7.3)."""
 
     block_t: int = 32  # cache rows per step of a split's loop
@@ -168,7 +168,7 @@ class AttnWorkspace:
 
 def default_n_split(max_context: int, n_sm: int = 132) -> int:
     """Splits (a power of two): one per 256 tokens of context, at most about half the SMs. Measured
-    on the H200 (132 SMs, bench/attn_sweep.py): 64 splits beat 32, 128 and 256 at 16k for Hkv = 2
+    on the H200 (132 SMs, bench/profiling/attn_sweep.py): 64 splits beat 32, 128 and 256 at 16k for Hkv = 2
     and 4 (the combine's cost grows with the split count, and 64 x Hkv = 2 fills one wave)."""
     cap = 1 << max(0, (max(1, n_sm // 2)).bit_length() - 1)  # largest power of two <= n_sm / 2
     return max(1, min(cap, triton.next_power_of_2(triton.cdiv(max_context, 256))))

@@ -164,7 +164,7 @@ def scan_config(hv: int, dv: int) -> dict:
     """Launch config of _gdn_scan_kernel. num_stages=1: the chunk loop must not be software-pipelined —
     Triton's default 3 stages buffer W, Kd and U of three chunks in shared memory (245760 B at
     BV=32 > the 232448 B limit on H200; 57344 B with one stage, no spills; see
-    bench/prefill_compile_check.py)."""
+    bench/profiling/prefill_compile_check.py)."""
     if interpreting():
         return dict(BV=int(os.environ.get("TOKENGATE_GDN_SCAN_BV", dv)), num_warps=1, num_stages=1)
     # BV=16 computed wrong states after the first chunk on the H200 (0.8B: top-1 0.125 with 128-token chunks,

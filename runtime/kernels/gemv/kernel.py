@@ -431,7 +431,7 @@ def tile_key(ws: Sequence[QWeight], swiglu: bool = False) -> str:
 
 @dataclass(frozen=True)
 class TileTable:
-    """Measured tiles per launch shape (bench/gemv_sweep.py writes them): the entry for a launch's
+    """Measured tiles per launch shape (bench/profiling/gemv_sweep.py writes them): the entry for a launch's
     tile_key, else `fallback`. Entries are (key, GemvConfig) pairs, so the table is hashable."""
 
     entries: tuple[tuple[str, GemvConfig], ...] = ()

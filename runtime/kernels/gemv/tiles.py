@@ -1,7 +1,7 @@
 """The engine's default GEMV tiles: measured ones per launch shape where we have them.
 
 tiles_sm90.json holds, for Hopper (sm_90), the fastest correct tile of each decode launch shape
-of the 4B and 9B models (bench/gemv_sweep.py on an H200) and a fallback heuristic for every
+of the 4B and 9B models (bench/profiling/gemv_sweep.py on an H200) and a fallback heuristic for every
 other shape. Other GPUs get the byte-wise heuristic; the CPU interpreter its own small config.
 """
 from __future__ import annotations

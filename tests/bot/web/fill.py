@@ -17,7 +17,7 @@ from worker.records import EvalResult
 
 def real_result(tmp: Path, head_variant: str | None) -> EvalResult:
     """One evaluation by the real pipeline (checkout, sandbox, harness, gates, guards, receipt) on CPU."""
-    from tests.worker.conftest import GOOD, fake_model, make_profile, make_repo, make_settings
+    from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make_settings
     from worker.calibration.aa_store import AAStore
     from worker.pipeline import Job, evaluate
     tmp.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ def base_url():
 
 
 def view(result, eval_id=7):
-    from tests.bot.render_examples import view as example_view
+    from tests.bot.render.render_examples import view as example_view
     v = example_view(1, "xl", result.head_sha)
     v.result, v.page_url = result, render.page_url(eval_id)
     return v

@@ -17,7 +17,7 @@ SHAPES = "0.8b,4b,9b"
 
 PREFILL_ONLY_PACKAGES = ["attn_prep", "flash_attn", "gated_norm", "gdn_chunk", "gdn_conv", "qgemm", "rmsnorm"]
 # The qwen35moe path's kernels: the dense decode step checked here never launches them (they ran compiled on
-# the H200 in bench/moe.py's receipt; under the interpreter they are tested against their torch twins).
+# the H200 in bench/runtime/moe.py's receipt; under the interpreter they are tested against their torch twins).
 MOE_PACKAGES = ["moe_experts", "moe_route"]
 
 

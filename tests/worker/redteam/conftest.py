@@ -21,7 +21,7 @@ from worker import sandbox
 from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
 
-from ..conftest import GOOD, _git, fake_model, make_profile, make_settings
+from tests.worker.helpers import GOOD, fake_model, git, make_profile, make_settings
 
 RUNTIMES = Path(__file__).parent / "runtimes"
 ISO = sandbox.detect_isolation()
@@ -42,16 +42,16 @@ if not FULL:
 def hostile_repo(root: Path, attack: str, target: dict | None = None) -> Path:
     repo = root / "repo"
     shutil.copytree(GOOD, repo, ignore=shutil.ignore_patterns("__pycache__"))
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    _git(repo, "checkout", "-q", "-b", "pr")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "pr")
     for part in ("_common", attack):
         shutil.copytree(RUNTIMES / part, repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "runtime" / "_target.json").write_text(json.dumps(target or {}))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", f"head: {attack}")
-    _git(repo, "checkout", "-q", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"head: {attack}")
+    git(repo, "checkout", "-q", "main")
     return repo
 
 

@@ -17,7 +17,7 @@ from tests.conftest import service_down
 
 from worker.records import InfraKind, Verdict
 
-from ..conftest import GOOD
+from tests.worker.helpers import GOOD
 from .conftest import FULL, ISO, assert_postgres_untouched, run_eval
 
 TIERS = {Verdict.S, Verdict.M, Verdict.L, Verdict.XL}

@@ -1,4 +1,4 @@
-"""Fault-injection variant of the fake runtime (see tests/worker/test_faults.py)."""
+"""Fault-injection variant of the fake runtime (see tests/worker/verdicts/test_faults.py)."""
 import numpy as np
 
 

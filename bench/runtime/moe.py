@@ -1,0 +1,180 @@
+"""First qwen35moe receipt on one GPU: synthesize the 35B-A3B Q4_K_M file on the device, check the MoE
+kernels against their naive twins at the real shapes, check one layer's decode FFN against the fp32
+reference MoE FFN, then time decode tg128 @0 and prefill pp512 / pp4096 (median of --runs, spread).
+
+  TOKENGATE_COMMIT=<sha> python bench/runtime/moe.py --out "$OUT" [--shape 35b-a3b] [--runs 3]
+
+ONE receipt JSON (bench/runtime/decode.py's Receipt / environment helpers) rewritten after every piece, so a
+crash or a timeout keeps what ran; every piece in its own try/except (errors recorded, never 0).
+No llama.cpp here: its ratio needs a same-call llama.cpp build (issue 17 item 3).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from bench.runtime.decode import Receipt, _err, _now, environment, time_tg  # noqa: E402
+
+
+DEV = ["cuda"]
+
+
+def rel(a, b) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def kernel_checks(eng) -> dict:
+    from runtime.kernels.moe_experts import (experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
+                                             experts_swiglu_gemv_naive, grouped_experts, grouped_experts_naive)
+    from runtime.kernels.moe_route import moe_route, moe_route_naive
+
+    cfg, mat = eng.config, eng.weights.mat
+    p = "blk.0."
+    g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
+    gen = torch.Generator(device=DEV[0]).manual_seed(0)
+    out = {"types": {"gate": g.qtype.name, "up": u.qtype.name, "down": d.qtype.name}}
+    logits = torch.randn(64, cfg.n_expert, device=DEV[0], generator=gen) * 2
+    ids, w = moe_route(logits, cfg.n_expert_used)
+    ids_n, w_n = moe_route_naive(logits, cfg.n_expert_used)
+    out["route_ids_equal"] = bool(torch.equal(ids, ids_n))
+    out["route_weights_rel"] = rel(w, w_n)
+    x = torch.randn(cfg.d_model, device=DEV[0], generator=gen)
+    norm = torch.ones(cfg.d_model, device=DEV[0])
+    act = torch.empty(cfg.n_expert_used, cfg.d_ffn_exp, device=DEV[0])
+    experts_swiglu_gemv(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids[0], cfg.d_ffn_exp, act)
+    out["decode_swiglu_rel"] = rel(act, experts_swiglu_gemv_naive(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype,
+                                                                  ids[0], cfg.d_ffn_exp))
+    res = torch.randn(cfg.d_model, device=DEV[0], generator=gen)
+    y = torch.empty_like(res)
+    experts_down_gemv(act, d.data, d.qtype, ids[0], w[0], res, y)
+    out["decode_down_rel"] = rel(y - res, experts_down_gemv_naive(act, d.data, d.qtype, ids[0], w[0], res) - res)
+    xs = torch.randn(64, cfg.d_model, device=DEV[0], generator=gen).to(torch.bfloat16)
+    got = grouped_experts(xs, ids, w, g.data, g.qtype, u.data, u.qtype, d.data, d.qtype, cfg.n_expert, cfg.d_ffn_exp)
+    out["prefill_grouped_rel"] = rel(got, grouped_experts_naive(xs, ids, w, g.data, g.qtype, u.data, u.qtype, d.data,
+                                                                d.qtype, cfg.d_ffn_exp))
+    return out
+
+
+def layer_check(eng, model) -> dict:
+    """Layer 0's decode FFN on the device vs the fp32 reference MoE FFN on the dequantized layer."""
+    from runtime.models.attention_ref import rms_norm_ref
+    from runtime.models.moe_ref import moe_ffn_ref
+    from runtime.triton.moe import decode_ffn
+
+    cfg, p = eng.config, "blk.0."
+    w = {n: qt.dequantize(device=DEV[0]) for n, qt in model.tensors.items() if n.startswith(p)}
+    h = torch.randn(1, cfg.d_model, device=DEV[0], generator=torch.Generator(device=DEV[0]).manual_seed(1))
+    h[:, 0] = 4.0
+    eng.bufs.h.copy_(h)
+    decode_ffn(eng.step, p)
+    want, ids = moe_ffn_ref(rms_norm_ref(h, w[p + "post_attention_norm.weight"], cfg.rms_eps), w, p, cfg.n_expert_used)
+    same = sorted(eng.bufs.moe.ids[0].tolist()) == sorted(ids[0].tolist())
+    r = {"same_experts": same, "rel": rel(eng.bufs.h - h, want)}
+    eng.bufs.h.zero_()
+    return r
+
+
+def time_prefill(eng, n: int, runs: int) -> dict:
+    ids = torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+    eng.reset()
+    eng.prefill(ids)  # warm-up / compile
+    samples = []
+    for _ in range(runs):
+        eng.reset()
+        eng.synchronize()
+        t = time.perf_counter()
+        eng.prefill(ids)
+        eng.synchronize()
+        samples.append(n / (time.perf_counter() - t))
+    med = statistics.median(samples)
+    return {"tokens": n, "samples": samples, "median": med, "min": min(samples), "max": max(samples),
+            "spread_pct": 100 * (max(samples) - min(samples)) / med}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="35b-a3b")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--prefill", default="512,4096")
+    ap.add_argument("--work", default=".cache/bench")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1 (tiny shapes)")
+    ap.add_argument("--tg", type=int, default=128)
+    args = ap.parse_args(argv)
+    import os
+
+    out = Path(args.out or os.environ.get("OUT", "bench/receipts"))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    rec = Receipt(out / f"moe-{args.shape}-{stamp}.json", {"kind": "moe_bench", "started": _now(),
+                                                           "argv": sys.argv[1:], "env": environment(), "errors": {}})
+    rec.save()
+    r, secs = rec.data, {}
+    r["seconds"] = secs
+
+    def step(name, fn):
+        t0 = time.perf_counter()
+        try:
+            r[name] = fn()
+        except Exception as e:
+            r["errors"][name] = _err(e)
+            traceback.print_exc()
+        secs[name] = round(time.perf_counter() - t0, 2)
+        rec.save()
+        print(f"[{name}] {secs[name]} s: {r.get(name, r['errors'].get(name))}", flush=True)
+        return r.get(name)
+
+    from runtime.gguf import load_gguf
+    from runtime.synth.factory import synthesize
+    from runtime.triton.engine import TritonEngine
+
+    path = Path(args.work) / f"qwen35moe-{args.shape}-q4_k_m-seed{args.seed}.gguf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    syn = step("synth", lambda: (lambda s: {"path": str(s.path), "bytes": s.nbytes, "gguf_sha256": s.sha256,
+                                            "timings": s.timings})(
+        synthesize(args.shape, "q4_k_m", args.seed, path, device=args.device)))
+    if syn is None:
+        return 1
+    model = load_gguf(path)
+    r["config"] = model.config.to_dict()
+    max_ctx = max(int(n) for n in args.prefill.split(",")) + 256
+    holder = {}
+
+    def load():
+        holder["eng"] = TritonEngine(model, device=args.device, max_context=max_ctx)
+        return {"max_context": max_ctx}
+
+    step("load", load)
+    eng = holder.get("eng")
+    if eng is None:
+        return 1
+    r["weights_bytes"] = eng.weights.nbytes
+    r["decode_weight_bytes_per_token"] = eng.weights.decode_bytes_per_token()
+    DEV[0] = args.device
+    step("kernel_checks", lambda: kernel_checks(eng))
+    step("layer_check", lambda: layer_check(eng, model))
+
+    step("tg128@0", lambda: time_tg(eng, 0, args.runs, n_tokens=args.tg))
+    for n in args.prefill.split(","):
+        step(f"pp{n}", lambda n=int(n): time_prefill(eng, n, args.runs))
+    r["finished"] = _now()
+    rec.save()
+    print("receipt:", rec.path)
+    for key in ["tg128@0", *(f"pp{n}" for n in args.prefill.split(","))]:
+        v = r.get(key)
+        print(f"{key:>10}: " + (f"median {v['median']:.1f} tok/s, spread {v['spread_pct']:.1f}% over {len(v['samples'])}"
+                                if v else f"not measured ({r['errors'].get(key)})"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""The sticky comment names the profile and the device the verdict was measured on (issue 19)."""
+from __future__ import annotations
+
+import dataclasses
+
+from bot import render
+from tests.bot.render.render_examples import view
+
+
+def _with_host(run, host):
+    result = dataclasses.replace(run.result, receipt={**run.result.receipt, "host": host})
+    return dataclasses.replace(run, result=result, profile="standard")
+
+
+def test_comment_names_profile_and_gpu():
+    run = _with_host(view(1, "slow", "8e7e027aa1"), {"gpu": {"name": "NVIDIA H200"}, "cpu_model": "Xeon"})
+    text = render.sticky_comment(current=run, earlier=[], head_sha="8e7e027aa1", awaiting_approval=False,
+                                 approval_label="ok", models=[])
+    assert "profile standard on NVIDIA H200" in text
+
+
+def test_comment_says_cpu_when_no_gpu_measured_it():
+    run = _with_host(view(1, "slow", "8e7e027aa1"), {"gpu": {"name": None, "reason": "CPU evaluation"},
+                                                      "cpu_model": "Xeon"})
+    assert render.device_name(run) == "CPU (Xeon)"
+    assert render.device_name(dataclasses.replace(run, result=None)) == "the worker"

@@ -1,0 +1,240 @@
+"""Every timed decode step checked at logit level (issue 13 item 6 / issue 14 item 5).
+
+The verified reps (drawn in secret before timing) have every generated token teacher-forced through
+the trusted reference: each must be the reference's argmax within the tie tolerance (paired against
+base), and the per-step logits the revision returned inside the timed request are KL-checked at
+every step. Fake runtimes on the CPU profile; each test fails when its rule is removed.
+"""
+import re
+
+import numpy as np
+import pytest
+
+from worker.gates.bench import GateSpec, Sample, Sweep
+from worker.gates.verify import OutputCheck, judge_steps, merge_output_checks, verify_outputs
+from worker.records import Verdict
+
+from tests.worker.helpers import eval_fakes
+
+DECODE = dict(decode_contexts=[32], prefill_contexts=[], decode_tokens=24, pairs=2)
+
+
+def test_a_decode_that_drifts_only_in_its_logits_is_caught_at_every_step(tmp_path, cache):
+    r = eval_fakes(tmp_path, head="decode_drift", **DECODE)
+    assert r.verdict is Verdict.REJECT, r.summary
+    assert "decode@32 decode steps" in r.summary
+    assert re.search(r"over (48|96|144|192) decode steps", r.summary)  # 2 verified reps x 24 steps per process pair
+    assert all(g.passed for g in r.guards)  # the all-logits accuracy guard alone would have passed it
+
+
+def test_a_decode_that_emits_a_wrong_token_now_and_then_is_caught(tmp_path, cache):
+    r = eval_fakes(tmp_path, head="decode_wrong", **DECODE)
+    assert r.verdict is Verdict.REJECT, r.summary
+    assert "not the reference's choice (base 0" in r.summary  # 44 of 48 agree: above the 90 % bar
+
+
+def test_a_good_head_passes_every_step(tmp_path, cache):
+    r = eval_fakes(tmp_path, **DECODE)
+    assert r.verdict not in (Verdict.REJECT, Verdict.INFRA), r.summary
+
+
+# -- the pieces -------------------------------------------------------------------------------------
+class Reference:
+    """The trusted reference's teacher_logits: a fixed table of logits per step."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def request(self, op, *, phase, timeout, **kw):
+        self.calls.append(op)
+        if op == "teacher_logits":
+            self.rows = self.table[:len(kw["emitted"]) + 1]
+            return {"ok": True, "shape": list(self.rows.shape)}, 0.0
+        return {"ok": True}, 0.0
+
+    def read_logits(self, resp, rows, phase):
+        return self.rows.copy()
+
+
+def _sweep(role_ids, role_steps, table, reps=(0, 1)):
+    g = GateSpec("decode@8", "decode_tok_s", 8, 4)
+    sw = Sweep([g], prompts={f"k{r}": [1] * 8 for r in reps})
+    for role, ids in role_ids.items():
+        sw.checked[(role, g.name)] = [Sample(role, g.name, r, f"k{r}", 1.0, 1.0, ids=ids,
+                                             step_logits=role_steps.get(role)) for r in reps]
+    return sw, g
+
+
+def test_only_the_verified_reps_are_checked_and_every_step_of_them():
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((5, 30)).astype(np.float32) * 4
+    ids = [int(table[i].argmax()) for i in range(4)]
+    sw, g = _sweep({"head": ids}, {"head": table[1:].copy()}, table)
+    ref = Reference(table)
+    c = verify_outputs(sw, "head", g, ref, timeout=1, tie_tol=1e-3, reps=[1])
+    assert c.checked_tokens == 4 and c.misses == 0 and c.step_kl_steps == 4 and c.step_kl_max < 1e-9
+    assert ref.calls.count("teacher_logits") == 1  # rep 0 was not drawn
+
+
+def test_step_kl_and_misses_are_judged_against_base():
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((5, 30)).astype(np.float32) * 4
+    ids = [int(table[i].argmax()) for i in range(4)]
+    drift = table[1:] * 0.5  # same argmaxes, another distribution
+    sw, g = _sweep({"base": ids, "head": ids}, {"base": table[1:].copy(), "head": drift}, table)
+    base = verify_outputs(sw, "base", g, Reference(table), timeout=1, tie_tol=1e-3)
+    head = verify_outputs(sw, "head", g, Reference(table), timeout=1, tie_tol=1e-3)
+    assert head.agree == 1.0 and head.step_kl_mean > 1e-2  # argmax agreement alone would pass it
+    kw = dict(extra_misses=2, floor=1e-3, ratio=4.0, base_max=0.1)
+    fails = judge_steps("m", "decode@8", head, base, **kw)
+    assert len(fails) == 1 and "decode steps" in fails[0]
+    assert judge_steps("m", "decode@8", base, base, **kw) == []
+    wrong = OutputCheck(0.9, 40, misses=4, miss_at=[("k0", 3)])
+    assert "not the reference's choice" in judge_steps("m", "decode@8", wrong, OutputCheck(1.0, 40), **kw)[0]
+    assert judge_steps("m", "decode@8", OutputCheck(0.95, 40, misses=2), OutputCheck(1.0, 40), **kw) == []
+
+
+def test_a_head_that_returns_no_step_logits_is_counted_not_passed():
+    table = np.random.default_rng(2).standard_normal((5, 30)).astype(np.float32)
+    ids = [int(table[i].argmax()) for i in range(4)]
+    sw, g = _sweep({"head": ids}, {}, table)
+    c = verify_outputs(sw, "head", g, Reference(table), timeout=1, tie_tol=1e-3)
+    assert c.step_kl_steps == 0 and c.steps_not_returned == 2 and c.misses == 0
+    merged = merge_output_checks([c, c])
+    assert merged.steps_not_returned == 4 and merged.checked_tokens == 16
+
+
+def test_the_step_logits_are_kept_only_for_the_secret_reps(tmp_path):
+    from worker.gates.bench import run_sweep
+
+    class Proc:
+        def __init__(self, role):
+            self.role, self.track_cpu, self.last_oncpu_s, self.requests = role, False, None, []
+
+        def pin(self):
+            pass
+
+        def freeze(self, on=True):
+            pass
+
+        def cpu_seconds(self):
+            return None
+
+        def read_logits(self, resp, rows, phase):
+            return np.tile(np.arange(30, dtype=np.float32), (rows, 1))
+
+        def request(self, op, *, phase, timeout, **kw):
+            self.requests.append((op, kw.get("step_logits")))
+            if op == "generate":
+                return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
+            return {"ok": True, "shape": [30]}, 0.01
+
+    procs = {"base": Proc("base"), "head": Proc("head")}
+    g = GateSpec("decode@8", "decode_tok_s", 8, 4)
+    sw = run_sweep(procs, [g], vocab=30, model_sha="x", pairs=3, warmup=1, timeout=1, step_logits=True,
+                   keep_steps={2})
+    kept = {s.rep for s in sw.checked[("head", g.name)] if s.step_logits is not None}
+    assert kept == {2}
+    # Every timed generate asked the same: nothing tells the revision which rep is verified.
+    assert {x for x in procs["head"].requests if x[0] == "generate"} == {("generate", True)}
+
+
+def test_a_head_that_stops_returning_step_logits_is_caught(tmp_path, cache):
+    """Its generate_greedy bypasses engine.decode (and takes no logits_out) while base's returns them."""
+    r = eval_fakes(tmp_path, head="no_step_logits", **DECODE)
+    assert r.verdict is Verdict.REJECT, r.summary
+    assert "returned no per-step logits where base's did" in r.summary
+
+
+FUSED = '''
+    def generate_greedy(self, n, logits_out=None):  # a loop of its own, never engine.decode
+        import torch
+        out = []
+        for i in range(n):
+            t = int(np.argmax(self.last))
+            out.append(t)
+            row = _variant.decode_step(self, t).astype(np.float32)
+            if logits_out is not None and FILL:
+                logits_out[i].copy_(torch.from_numpy(row))
+        return out
+'''
+
+
+def _fused_runtime(tmp_path, fill: bool):
+    import shutil
+
+    from tests.worker.helpers import GOOD
+
+    root = tmp_path / ("fused" if fill else "unfilled")
+    shutil.copytree(GOOD, root, ignore=shutil.ignore_patterns("__pycache__"))
+    src = (root / "runtime" / "__init__.py").read_text()
+    a = src.index("    def generate_greedy(self, n):")
+    b = src.index("    def snapshot(self):")
+    src = src[:a] + FUSED.lstrip("\n") + "\n" + src[b:]
+    src = src.replace("import numpy as np\n", f"import numpy as np\nimport torch  # noqa: F401\nFILL = {fill}\n", 1)
+    (root / "runtime" / "__init__.py").write_text(src)
+    return root
+
+
+def _step_rows(tmp_path, root, name):
+    from worker.harness.client import RevisionProcess
+
+    from tests.worker.helpers import fake_model
+
+    m = fake_model(tmp_path / "m.gguf")
+    with RevisionProcess("head", root, tmp_path / name, read_only=[tmp_path]) as proc:
+        proc.start(60)
+        proc.request("load", path=str(m), device="cpu", max_context=256, backend="auto", phase="load", timeout=60)
+        proc.request("stage", key="k", ids=list(range(1, 40)), phase="stage", timeout=10)
+        proc.request("prefill", key="k", phase="measure", timeout=10)
+        resp, _ = proc.request("generate", n=5, step_logits=True, phase="measure", timeout=10)
+        return resp["steps"], proc.read_logits(resp, 5, "measure")
+
+
+def test_an_engine_with_its_own_loop_fills_logits_out_like_the_decode_hook(tmp_path):
+    pytest.importorskip("torch")
+    from tests.worker.helpers import GOOD
+
+    steps, hooked = _step_rows(tmp_path, GOOD, "good")
+    steps2, fused = _step_rows(tmp_path, _fused_runtime(tmp_path, True), "fused")
+    assert steps == steps2 == 5
+    np.testing.assert_array_equal(hooked, fused)
+    _, unfilled = _step_rows(tmp_path, _fused_runtime(tmp_path, False), "unfilled")
+    assert np.isnan(unfilled).all()  # rows it never wrote stay NaN: the parent refuses them
+
+
+def test_non_finite_step_logits_are_the_revisions_fault():
+    from worker.gates.bench import run_sweep
+    from worker.harness.client import RevisionFault
+
+    class Proc:
+        track_cpu, last_oncpu_s = False, None
+
+        def __init__(self, role):
+            self.role = role
+
+        def pin(self):
+            pass
+
+        def freeze(self, on=True):
+            pass
+
+        def cpu_seconds(self):
+            return None
+
+        def read_logits(self, resp, rows, phase):
+            x = np.tile(np.arange(30, dtype=np.float32), (rows, 1))
+            if rows > 1 and self.role == "head":
+                x[-1] = np.nan
+            return x
+
+        def request(self, op, *, phase, timeout, **kw):
+            if op == "generate":
+                return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
+            return {"ok": True, "shape": [30]}, 0.01
+
+    g = GateSpec("decode@8", "decode_tok_s", 8, 4)
+    with pytest.raises(RevisionFault) as e:
+        run_sweep({"base": Proc("base"), "head": Proc("head")}, [g], vocab=30, model_sha="x", pairs=2, warmup=0,
+                  timeout=1, step_logits=True)
+    assert e.value.role == "head" and e.value.kind == "nonfinite"

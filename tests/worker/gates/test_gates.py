@@ -1,0 +1,36 @@
+"""Real changes in the engine's code: a 2x slower decode, a 2x faster one, a subtly wrong kernel."""
+from worker.records import Verdict
+
+from tests.worker.helpers import LOOSE, eval_fakes
+
+TIERS = (Verdict.S, Verdict.M, Verdict.L, Verdict.XL)
+
+
+def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
+    r = eval_fakes(tmp_path, head="slow_decode", decode_contexts=[32, 160], prefill_contexts=[64], pairs=4, inner=2)
+    assert r.verdict == Verdict.REJECT, r.summary
+    reg = {g.gate for g in r.gates if g.regression}
+    assert reg and reg <= {"decode@32", "decode@160"}, r.summary  # prefill is untouched by the change
+    assert any(g in r.summary for g in reg)
+    for g in r.gates:
+        if g.regression:
+            assert g.rel_change < -0.15 and g.ci_high < 0
+
+
+def test_real_speedup_gets_a_tier(tmp_path, cache):
+    r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[64], pairs=4, inner=2,
+              settings=LOOSE, calibrate=True)
+    assert r.verdict in TIERS, r.summary
+    assert r.best_speedup is not None and r.best_speedup > 0.25
+    assert "decode@32" in r.summary
+    # the tier comes from the conservative end of the interval over process pairs, not the point estimate
+    (g,) = [g for g in r.gates if g.gate == "decode@32"]
+    assert r.best_speedup == g.ci_low < g.rel_change and g.n_pairs >= 2
+
+
+def test_subtly_wrong_kernel_fails_the_guard(tmp_path, cache):
+    r = eval_fakes(tmp_path, head="wrong")
+    assert r.verdict == Verdict.REJECT, r.summary
+    (g,) = r.guards
+    assert not g.passed and g.paired_delta < 0 and not g.bit_identical
+    assert "accuracy guard failed" in r.summary

@@ -1,0 +1,75 @@
+"""Issue 13 end to end on the CPU profile with fake runtimes: mixed PRs, KL drift, main failing its own
+bars, the sentinel A/A pair, self-calibration that resumes, the result cache key."""
+import pytest
+
+from worker.calibration.aa_store import AAStore
+from worker.calibration.auto import calibrate_pairs
+from worker.queue.tasks import idempotency_key
+from worker.records import InfraKind, Verdict
+
+from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make_settings
+from tests.worker.helpers import LOOSE, eval_fakes
+
+
+def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, cache):
+    r = eval_fakes(tmp_path, base="slow_decode", head="slow_prefill", decode_contexts=[32], prefill_contexts=[256],
+              pairs=4, inner=2, settings=LOOSE, calibrate=True)
+    assert r.verdict is Verdict.MIXED, r.summary
+    assert {g.gate for g in r.gates if g.regression} == {"prefill@256"}
+    assert any(g.gate == "decode@32" and g.significant and g.rel_change > 0 for g in r.gates)
+    assert r.best_speedup is None
+
+
+def test_kl_drift_with_every_argmax_unchanged_is_rejected(tmp_path, cache):
+    r = eval_fakes(tmp_path, head="kl_drift")
+    assert r.verdict is Verdict.REJECT, r.summary
+    (g,) = r.guards
+    assert g.paired_delta == 0 and g.head_top1 == g.base_top1 and g.head_kl > g.kl_bound
+    assert "base's" in g.reason and "accuracy guard failed" in r.summary
+
+
+def test_main_failing_its_own_bars_is_infra(tmp_path, cache):
+    store = AAStore(tmp_path / "aa.sqlite")
+    good = eval_fakes(tmp_path / "a", settings=LOOSE, calibrate=True, store=store)  # guard A/A of a good main
+    assert good.verdict is Verdict.NONE, good.summary
+    r = eval_fakes(tmp_path / "b", base="wrong", head="wrong", store=store)  # main changed under us; head = main
+    assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.BASELINE_FAILED_GUARD, r.summary
+
+
+def test_sentinel_pair_is_recorded_every_evaluation(tmp_path, cache):
+    store = AAStore(tmp_path / "aa.sqlite")
+    r = eval_fakes(tmp_path, settings={"sentinel_aa_pair": "always"}, store=store)
+    assert r.receipt["models"]["fake"]["sentinel_aa_pair"]["recorded"], r.receipt["models"]["fake"]
+    import sqlite3
+
+    (n,), = sqlite3.connect(store.path).execute("SELECT COUNT(*) FROM pair_delta").fetchall()
+    assert n == 2  # one A/A delta per gate
+    off = eval_fakes(tmp_path / "off", settings={"sentinel_aa_pair": "never"})
+    assert "sentinel_aa_pair" not in off.receipt["models"]["fake"]
+
+
+def test_self_calibration_records_pairs_and_resumes(tmp_path, cache):
+    repo = make_repo(tmp_path)
+    p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
+    p = p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
+                                                                       "prefill_contexts": [64]})]})
+    s = make_settings(p, false_significance_rate=0.05)  # the fewest pairs that reach it: 5
+    store = AAStore(tmp_path / "aa.sqlite")
+    part = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD, budget_s=0.0)
+    assert not part.done and part.pairs_recorded == 1 and "run again" in part.stopped
+    split = part.per_pair_phases[0]["guard_seconds"]  # the first pair scores the guards' A/A: where it went
+    assert set(split) == {"base", "head"} and split["base"]["logits"] > 0 and split["base"]["reference"] >= 0
+    rest = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD)
+    assert rest.done and rest.pairs_recorded == 4 and all(v == 5 for v in rest.after.values()), rest
+    # each pair says whether the idle-GPU check looked (on the CPU it cannot, and says why)
+    idle = [ph["idle_gpu"] for ph in rest.per_pair_phases]
+    assert len(idle) == 4 and all(i["applicable"] is False and "CPU" in i["reason"] for i in idle), idle
+    assert rest.per_pair_phases[-1]["guard_seconds"] is None  # enough guard A/A by then: no scoring
+    again = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD)
+    assert again.done and again.pairs_recorded == 0
+
+
+def test_result_cache_key_includes_base_and_head():
+    job = {"repo_full_name": "o/r", "pr_number": 1, "head_sha": "h1", "base_sha": "b1", "profile": "standard"}
+    assert idempotency_key(job) != idempotency_key({**job, "base_sha": "b2"})
+    assert idempotency_key(job) != idempotency_key({**job, "head_sha": "h2"})
