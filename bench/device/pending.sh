@@ -12,6 +12,8 @@
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
 #   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
+#   bash bench/device/pending.sh longctx     # issue 17: KL/top-1 vs the fp32 reference at 32k and 128k, decode after
+#   SIZE=27b bash bench/device/pending.sh sizes  # issue 17: 2B (default) or 27B decode/prefill/memory/KL receipts
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
 # commit: the bench scripts check out the working tree (bench/tree_snapshot.py).
@@ -110,6 +112,17 @@ case $step in
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
+  longctx)  # issue 17 item 4: every position of a 32k and a 128k prompt, the serving path's last row, 64 decode
+            # steps after it; the receipt is rewritten after each length, so a call that runs out keeps what ran
+    timeout $(( $(left) )) python3 bench/runtime/long_context.py --models ${LONGCTX_MODELS:-0.8b,9b} \
+      --lengths 32768,131072 --out "$OUT" 2>&1 | tail -8 ;;
+  sizes)  # issue 17 item 2: one size per call (27B's synthesis alone takes minutes): decode tg128 @0/@16k with
+          # its fp32-reference check, then prefill 512/4k/32k/128k with peak memory in what time is left
+    sz=${SIZE:-2b}
+    timeout $(( $(left) * 2 / 5 )) python3 bench/runtime/decode.py --models $sz --depths 0,16384 --runs 5 \
+      --reference-shapes $sz --out "$OUT" 2>&1 | tail -8
+    timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $sz --lengths 512,4096,32768,131072 --gemm auto \
+      --turn2 "" --check-models $sz --out "$OUT" 2>&1 | tail -10 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
 done

@@ -1,0 +1,231 @@
+"""Long-context correctness (issue 17 item 4): the Triton path against the fp32 reference at L positions.
+
+    python bench/runtime/long_context.py --models 0.8b,9b --lengths 32768,131072 --out "$OUT"
+
+Per model and length, on one text-like prompt (the guards' token statistics, worker/guards/scoring.py):
+1. the serving path: one engine prefill of L tokens that returns only the last row (what the gates time);
+2. every position: the engine's rows for all L positions, from one call when L x vocab fp32 fits in
+   --logits-gb, else from calls of --piece tokens (the receipt says which), against the fp32 reference
+   forward on the same dequantized weights, run in --piece-token calls that carry its state; each piece is
+   compared as it comes (KL and top-1 on the device, per position band), so no side holds L x vocab of
+   reference logits;
+3. --decode teacher-forced steps after the long prefill on both (the engine's CUDA-graph decode step).
+A length whose reference does not fit is recorded as null with the reason, never as a pass. ONE receipt
+JSON per invocation, rewritten after every piece: <--out or $OUT>/long-context-<models>-<utc>.json.
+--device cpu is a smoke run under the Triton interpreter (tiny shapes)."""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+KL_BAR, TOP1_BAR = 0.01, 0.98  # the bars bench/runtime/decode.py and prefill.py hold the short checks to
+
+
+class Agreement:
+    """Running KL(reference || engine) and top-1 agreement over rows, overall and per position band."""
+
+    def __init__(self, bands: list[int]):
+        self.bands = sorted(bands)
+        self.kl_sum, self.kl_max, self.agree, self.n, self.finite = 0.0, 0.0, 0, 0, True
+        self.by_band: dict[int, list[float]] = {}  # band end -> [kl sum, agree, n]
+
+    def add(self, want, got, pos0: int, rows_per_step: int = 256) -> None:
+        import torch
+
+        self.finite &= bool(torch.isfinite(got).all())
+        for a in range(0, want.shape[0], rows_per_step):  # float64 softmaxes a few rows at a time
+            w, g = want[a:a + rows_per_step].double(), got[a:a + rows_per_step].double()
+            lp, lq = torch.log_softmax(w, -1), torch.log_softmax(g, -1)
+            kl = (lp.exp() * (lp - lq)).sum(-1)
+            same = (w.argmax(-1) == g.argmax(-1))
+            self.kl_sum += float(kl.sum())
+            self.kl_max = max(self.kl_max, float(kl.max()))
+            self.agree += int(same.sum())
+            self.n += kl.numel()
+            pos = torch.arange(pos0 + a, pos0 + a + kl.numel())
+            for end in self.bands:
+                lo = max([b for b in self.bands if b < end], default=0)
+                sel = (pos >= lo) & (pos < end)
+                if sel.any():
+                    acc = self.by_band.setdefault(end, [0.0, 0, 0])
+                    acc[0] += float(kl[sel.to(kl.device)].sum())
+                    acc[1] += int(same[sel.to(same.device)].sum())
+                    acc[2] += int(sel.sum())
+
+    def summary(self) -> dict:
+        if not self.n:
+            return {"positions": 0, "pass": None, "why": "no rows compared"}
+        kl_mean, top1 = self.kl_sum / self.n, self.agree / self.n
+        bands = [{"below": end, "kl_mean": s / n, "top1": a / n, "positions": n}
+                 for end, (s, a, n) in sorted(self.by_band.items()) if n]
+        return {"positions": self.n, "kl_mean": kl_mean, "kl_max": self.kl_max, "top1": top1, "finite": self.finite,
+                "bands": bands, "pass": bool(self.finite and kl_mean <= KL_BAR and top1 >= TOP1_BAR)}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _free(device: str) -> None:
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def check_length(eng, ref, ids: list[int], L: int, args) -> dict:
+    """Steps 1-3 of the module docstring for one prompt of L (+ --decode) tokens."""
+    import torch
+
+    dev = args.device
+    rec: dict = {"tokens": L, "decode_steps": args.decode, "piece": args.piece}
+    prompt = torch.tensor(ids[:L], dtype=torch.int64)
+    eng.reset()
+    t0 = time.perf_counter()
+    serving_last = eng.prefill(prompt, all_logits=False).float().clone()
+    _sync(dev)
+    rec["serving_prefill_s"] = round(time.perf_counter() - t0, 3)
+
+    vocab = eng.config.vocab_size
+    one_call = L * vocab * 4 <= args.logits_gb * (1 << 30)
+    rec["engine_rows"] = "one call" if one_call else f"calls of {args.piece} tokens"
+    eng.reset()
+    whole = eng.prefill(prompt, all_logits=True) if one_call else None
+    state = ref.new_state(kv_capacity=L + args.decode)
+    bands = [b for b in (4096, 16384, 32768, 65536, 131072) if b < L] + [L]
+    rows = Agreement(bands)
+    t0 = time.perf_counter()
+    want_last = None
+    for a in range(0, L, args.piece):
+        b = min(a + args.piece, L)
+        want = ref.forward(prompt[a:b].to(ref.device), state, all_logits=True)
+        got = whole[a:b] if one_call else eng.prefill(prompt[a:b], all_logits=True)
+        rows.add(want, got.float(), a)
+        want_last = want[-1].clone()
+        del want, got
+    _sync(dev)
+    rec["reference_s"] = round(time.perf_counter() - t0, 3)
+    rec["all_positions"] = rows.summary()
+    del whole
+    last = Agreement([L])
+    last.add(want_last[None], serving_last[None].to(want_last.device), L - 1)
+    rec["serving_last_row"] = last.summary()
+
+    steps = Agreement([L + args.decode])
+    for i, t in enumerate(ids[L:L + args.decode]):
+        want = ref.forward(torch.tensor([t], device=ref.device), state, all_logits=True)
+        steps.add(want, eng.decode(int(t))[None].float(), L + i)
+    rec["decode_after"] = steps.summary()
+    parts = [rec["all_positions"], rec["serving_last_row"], rec["decode_after"]]
+    rec["pass"] = all(p.get("pass") for p in parts) if all(p.get("pass") is not None for p in parts) else None
+    if dev == "cuda":
+        rec["peak_gpu_bytes"] = torch.cuda.max_memory_allocated()
+    return rec
+
+
+def run_model(shape: str, args, receipt) -> None:
+    import torch
+
+    from bench.runtime.decode import dequantized_weights, sha256
+    from runtime.models.qwen35_reference import Qwen35Reference
+    from runtime.triton.engine import load_triton_engine
+    from worker.guards.scoring import text_like_ids
+
+    cur = receipt.data["models"].setdefault(shape, {"lengths": {}})
+    path = _model_file(shape, args)
+    cur["gguf"] = {"path": str(path), "sha256": None if args.no_hash else sha256(path), "bytes": path.stat().st_size}
+    longest = max(args.lengths)
+    t0 = time.perf_counter()
+    eng = load_triton_engine(path, device=args.device, max_context=longest + args.decode)
+    cur["load_s"] = round(time.perf_counter() - t0, 2)
+    cur["config"] = eng.config.to_dict()
+    ref = Qwen35Reference(eng.config, dequantized_weights(eng), device=eng.device)
+    cur["reference_weights_bytes"] = ref.weights_bytes
+    ids = text_like_ids(eng.config.vocab_size, longest + args.decode, "long-context", args.seed)
+    for L in args.lengths:
+        try:
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            cur["lengths"][str(L)] = check_length(eng, ref, ids, L, args)
+        except torch.cuda.OutOfMemoryError as e:  # where the reference does not fit: said, not passed
+            cur["lengths"][str(L)] = {"tokens": L, "pass": None, "why": f"out of GPU memory: {str(e)[:300]}"}
+        except Exception as e:  # noqa: BLE001 - one length's failure is recorded, the others still run
+            cur["lengths"][str(L)] = {"tokens": L, "pass": None, "why": f"{type(e).__name__}: {e}"[:500],
+                                      "trace": traceback.format_exc()[-1500:]}
+        _free(args.device)
+        receipt.save()
+        r = cur["lengths"][str(L)]
+        print(f"[{shape} L={L}] " + (f"KL {r['all_positions'].get('kl_mean', float('nan')):.2e} top1 "
+              f"{r['all_positions'].get('top1', float('nan')):.4f} decode KL {r['decode_after'].get('kl_mean', 0):.2e} "
+              f"pass {r['pass']}" if "all_positions" in r else f"null: {r['why'][:200]}"), flush=True)
+    del ref, eng
+    _free(args.device)
+
+
+def _model_file(shape: str, args) -> Path:
+    from bench.runtime.decode import make_model
+
+    for spec in args.gguf:
+        name, _, p = spec.partition("=")
+        if name == shape:
+            return Path(p)
+    return make_model(shape, Path(args.workdir), args.seed)
+
+
+def main(argv=None) -> int:
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="0.8b,9b")
+    ap.add_argument("--lengths", type=ints, default=[32768, 131072])
+    ap.add_argument("--decode", type=int, default=64, help="teacher-forced decode steps after the long prefill")
+    ap.add_argument("--piece", type=int, default=2048, help="tokens per reference call (and per engine call when "
+                                                            "all rows do not fit in --logits-gb)")
+    ap.add_argument("--logits-gb", type=float, default=40.0, help="largest one-call all-position engine output")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gguf", action="append", default=[], metavar="SHAPE=PATH")
+    ap.add_argument("--workdir", default=str(ROOT / ".cache" / "bench"))
+    ap.add_argument("--out", default=None, help="directory of the receipt (default $OUT, else bench/receipts)")
+    ap.add_argument("--no-hash", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cpu = a smoke run under the Triton interpreter (tiny shapes)")
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any triton import
+    if args.piece < 1 or args.decode < 0 or not args.lengths or min(args.lengths) < 1:
+        ap.error("--piece >= 1, --decode >= 0 and positive --lengths")
+    from bench.runtime.decode import Receipt, _now, environment
+
+    models = [m for m in args.models.split(",") if m]
+    out = Path(args.out or os.environ.get("OUT") or ROOT / "bench" / "receipts")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    receipt = Receipt(out / f"long-context-{'_'.join(models)}-{stamp}.json", {
+        "kind": "long_context", "created": _now(), "environment": environment(),
+        "config": {k: v for k, v in vars(args).items() if k != "gguf"} | {"kl_bar": KL_BAR, "top1_bar": TOP1_BAR},
+        "models": {}})
+    for shape in models:
+        try:
+            run_model(shape, args, receipt)
+        except Exception as e:  # noqa: BLE001 - the receipt keeps what ran and why the rest did not
+            receipt.data["models"].setdefault(shape, {})["error"] = f"{type(e).__name__}: {e}"[:800]
+            receipt.data["models"][shape]["trace"] = traceback.format_exc()[-2000:]
+        receipt.save()
+    results = [r.get("pass") for m in receipt.data["models"].values() for r in m.get("lengths", {}).values()]
+    receipt.data["pass"] = all(results) if results and None not in results else None
+    receipt.save()
+    print(f"receipt: {receipt.path} pass={receipt.data['pass']}", flush=True)
+    return 0 if receipt.data["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
