@@ -9,6 +9,7 @@ import secrets
 import subprocess
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,21 +33,31 @@ def _pg_connect(dbname: str = "postgres"):
     return conn
 
 
-@pytest.fixture(scope="session")
-def pg_url():
+@contextmanager
+def scratch_database(tag: str):
+    """A new, empty PostgreSQL database (its URL), dropped afterwards; the test skips where there is none."""
     try:
         conn = _pg_connect()
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
-    name = f"tokengate_test_{secrets.token_hex(4)}"
+    name = f"tokengate_{tag}_{secrets.token_hex(4)}"
+    url = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
     with conn.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    from bot.db.engine import engine_for
-    engine_for(f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}").dispose()
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
+    try:
+        yield url
+    finally:
+        from bot.db.engine import engine_for
+        engine_for(url).dispose()
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    with scratch_database("test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

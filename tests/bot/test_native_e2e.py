@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 
 from bot.render import STICKY_MARKER
 from bot.github.signature import sign
-from tests.bot.conftest import APP_ID, REDIS, _pg_connect, comment_payload, pr_payload, wait_until
+from tests.bot.conftest import APP_ID, REDIS, comment_payload, pr_payload, scratch_database, wait_until
 from bot.testing.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -52,17 +52,8 @@ def _free_port() -> int:
 @pytest.fixture
 def fresh_db():
     """An empty PostgreSQL database, dropped afterwards (the migration step must build it from nothing)."""
-    try:
-        conn = _pg_connect()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
-    name = f"tokengate_e2e_{secrets.token_hex(4)}"
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
+    with scratch_database("e2e") as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
 """Alembic: an empty PostgreSQL and an empty SQLite database go to head and back to base."""
 from __future__ import annotations
 
-import secrets
 
 import pytest
 from sqlalchemy import create_engine, inspect
 
 from bot.db import migrate
 from bot.db.models import Base
-from tests.bot.conftest import _pg_connect
+from tests.bot.conftest import scratch_database
 
 TABLES = {t.name for t in Base.metadata.sorted_tables}
 
@@ -36,19 +35,8 @@ def test_sqlite_up_and_down(tmp_path):
 
 @pytest.mark.services
 def test_postgresql_up_and_down():
-    try:
-        conn = _pg_connect()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
-    name = f"tokengate_migr_{secrets.token_hex(4)}"
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        roundtrip(f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}")
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.close()
+    with scratch_database("migr") as url:
+        roundtrip(url)
 
 
 def test_no_pending_model_changes(tmp_path):

@@ -104,31 +104,36 @@ def test_a_head_that_returns_no_step_logits_is_counted_not_passed():
     assert merged.steps_not_returned == 4 and merged.checked_tokens == 16
 
 
+class StubProc:
+    """A revision process as run_sweep sees it: answers every request with a vocabulary-30 row per step."""
+    track_cpu, last_oncpu_s = False, None
+
+    def __init__(self, role):
+        self.role, self.requests = role, []
+
+    def pin(self):
+        pass
+
+    def freeze(self, on=True):
+        pass
+
+    def cpu_seconds(self):
+        return None
+
+    def read_logits(self, resp, rows, phase):
+        return np.tile(np.arange(30, dtype=np.float32), (rows, 1))
+
+    def request(self, op, *, phase, timeout, **kw):
+        self.requests.append((op, kw.get("step_logits")))
+        if op == "generate":
+            return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
+        return {"ok": True, "shape": [30]}, 0.01
+
+
 def test_the_step_logits_are_kept_only_for_the_secret_reps(tmp_path):
     from worker.gates.bench import run_sweep
 
-    class Proc:
-        def __init__(self, role):
-            self.role, self.track_cpu, self.last_oncpu_s, self.requests = role, False, None, []
-
-        def pin(self):
-            pass
-
-        def freeze(self, on=True):
-            pass
-
-        def cpu_seconds(self):
-            return None
-
-        def read_logits(self, resp, rows, phase):
-            return np.tile(np.arange(30, dtype=np.float32), (rows, 1))
-
-        def request(self, op, *, phase, timeout, **kw):
-            self.requests.append((op, kw.get("step_logits")))
-            if op == "generate":
-                return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
-            return {"ok": True, "shape": [30]}, 0.01
-
+    Proc = StubProc
     procs = {"base": Proc("base"), "head": Proc("head")}
     g = GateSpec("decode@8", "decode_tok_s", 8, 4)
     sw = run_sweep(procs, [g], vocab=30, model_sha="x", pairs=3, warmup=1, timeout=1, step_logits=True,
@@ -207,31 +212,12 @@ def test_non_finite_step_logits_are_the_revisions_fault():
     from worker.gates.bench import run_sweep
     from worker.harness.client import RevisionFault
 
-    class Proc:
-        track_cpu, last_oncpu_s = False, None
-
-        def __init__(self, role):
-            self.role = role
-
-        def pin(self):
-            pass
-
-        def freeze(self, on=True):
-            pass
-
-        def cpu_seconds(self):
-            return None
-
+    class Proc(StubProc):
         def read_logits(self, resp, rows, phase):
-            x = np.tile(np.arange(30, dtype=np.float32), (rows, 1))
+            x = super().read_logits(resp, rows, phase)
             if rows > 1 and self.role == "head":
                 x[-1] = np.nan
             return x
-
-        def request(self, op, *, phase, timeout, **kw):
-            if op == "generate":
-                return {"ok": True, "ids": [1] * kw["n"], "steps": kw["n"], "shape": [kw["n"], 30]}, 0.01
-            return {"ok": True, "shape": [30]}, 0.01
 
     g = GateSpec("decode@8", "decode_tok_s", 8, 4)
     with pytest.raises(RevisionFault) as e:
