@@ -12,7 +12,8 @@
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
 #   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
-#   bash bench/device/pending.sh longctx     # issue 17: KL/top-1 vs the fp32 reference at 32k and 128k, decode after
+#   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
+#                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
 #   SIZE=27b bash bench/device/pending.sh sizes  # issue 17: 2B (default) or 27B decode/prefill/memory/KL receipts
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
@@ -113,8 +114,8 @@ case $step in
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   longctx)  # issue 17 item 4: every position of a 32k and a 128k prompt, the serving path's last row, 64 decode
-            # steps after it; the receipt is rewritten after each length, so a call that runs out keeps what ran
-    timeout $(( $(left) )) python3 bench/runtime/long_context.py --models ${LONGCTX_MODELS:-0.8b,9b} \
+            # steps after it; the receipt is saved before and after each length, so a cut-off call says so
+    timeout $(( $(left) )) python3 bench/runtime/long_context.py --models ${LONGCTX_MODELS:-9b} \
       --lengths 32768,131072 --out "$OUT" 2>&1 | tail -8 ;;
   sizes)  # issue 17 item 2: one size per call (27B's synthesis alone takes minutes): decode tg128 @0/@16k with
           # its fp32-reference check, then prefill 512/4k/32k/128k with peak memory in what time is left

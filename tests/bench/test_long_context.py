@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench.runtime.long_context import Agreement, check_length
+from bench.runtime.long_context import KL_BAR, Agreement, check_length, overall_pass
 
 VOCAB = 64
 
@@ -86,7 +86,27 @@ def test_drift_far_into_the_prompt_fails_and_shows_in_its_band():
                   if where == "prefill" else rows)
     rec = check_length(late, Reference(), IDS, 30, _args(piece=30))
     assert rec["all_positions"]["pass"] is False and rec["pass"] is False
-    assert rec["serving_last_row"]["pass"] is True and rec["decode_after"]["pass"] is True
+    assert rec["decode_after"]["pass"] is True
+    assert rec["serving_last_row"]["pass"] is False  # the serving row no longer matches the drifted rows
+
+
+def test_a_late_band_fails_even_when_the_mean_passes():
+    a = Agreement([36, 40])
+    want = torch.zeros(40, VOCAB)
+    want[:, 0] = 5
+    got = want.clone()
+    got[36:, 0] = 4.3  # the last 4 of 40 rows drift (KL 0.055 each): the mean 0.0055 is under the bar, their band is not
+    a.add(want, got, 0)
+    s = a.summary()
+    assert s["kl_mean"] <= KL_BAR and s["top1"] == 1.0
+    assert s["bands"][-1]["kl_mean"] > KL_BAR and s["pass"] is False
+
+
+def test_a_model_that_never_ran_makes_the_receipt_null_not_a_pass():
+    ran = {"0.8b": {"lengths": {"32": {"pass": True}}}, "9b": {"error": "synth failed"}}
+    assert overall_pass(ran, ["0.8b", "9b"], [32]) is None
+    assert overall_pass(ran, ["0.8b"], [32]) is True
+    assert overall_pass({"0.8b": {"lengths": {"32": {"pass": False}}}}, ["0.8b"], [32]) is False
 
 
 def test_a_serving_path_that_differs_from_the_all_rows_path_fails():
