@@ -37,46 +37,44 @@ KL_BAR, TOP1_BAR = 0.01, 0.98  # the bars bench/runtime/decode.py and prefill.py
 
 
 class Agreement:
-    """Running KL(reference || engine) and top-1 agreement over rows, overall and per position band."""
+    """Running KL(reference || engine) and top-1 agreement over rows, per position band: band i holds the
+    positions from bands[i-1] (0 for the first) up to bands[i]; a last bucket holds any past the last end."""
 
     def __init__(self, bands: list[int]):
-        self.bands = sorted(bands)
-        self.kl_sum, self.kl_max, self.agree, self.n, self.finite = 0.0, 0.0, 0, 0, True
-        self.by_band: dict[int, list[float]] = {}  # band end -> [kl sum, agree, n]
+        self.ends = sorted(bands)
+        k = len(self.ends) + 1
+        self.kl_sum, self.agree, self.n = [0.0] * k, [0] * k, [0] * k
+        self.kl_max, self.finite = 0.0, True
 
     def add(self, want, got, pos0: int, rows_per_step: int = 256) -> None:
         import torch
 
         self.finite &= bool(torch.isfinite(got).all())
+        ends = torch.tensor(self.ends)
         for a in range(0, want.shape[0], rows_per_step):  # float64 softmaxes a few rows at a time
             w, g = want[a:a + rows_per_step].double(), got[a:a + rows_per_step].double()
             lp, lq = torch.log_softmax(w, -1), torch.log_softmax(g, -1)
-            kl = (lp.exp() * (lp - lq)).sum(-1)
-            same = (w.argmax(-1) == g.argmax(-1))
-            self.kl_sum += float(kl.sum())
+            kl = (lp.exp() * (lp - lq)).sum(-1).cpu()
+            same = (w.argmax(-1) == g.argmax(-1)).cpu()
             km = float(kl.max())  # torch's max keeps a NaN; Python's max() would drop it
             self.kl_max = float("nan") if math.isnan(km) or math.isnan(self.kl_max) else max(self.kl_max, km)
-            self.agree += int(same.sum())
-            self.n += kl.numel()
-            pos = torch.arange(pos0 + a, pos0 + a + kl.numel())
-            for end in self.bands:
-                lo = max([b for b in self.bands if b < end], default=0)
-                sel = (pos >= lo) & (pos < end)
-                if sel.any():
-                    acc = self.by_band.setdefault(end, [0.0, 0, 0])
-                    acc[0] += float(kl[sel.to(kl.device)].sum())
-                    acc[1] += int(same[sel.to(same.device)].sum())
-                    acc[2] += int(sel.sum())
+            band = torch.bucketize(torch.arange(pos0 + a, pos0 + a + kl.numel()), ends, right=True)
+            for i in band.unique().tolist():
+                sel = band == i
+                self.kl_sum[i] += float(kl[sel].sum())
+                self.agree[i] += int(same[sel].sum())
+                self.n[i] += int(sel.sum())
 
     def summary(self) -> dict:
-        if not self.n:
+        n = sum(self.n)
+        if not n:
             return {"positions": 0, "pass": None, "why": "no rows compared"}
-        kl_mean, top1 = self.kl_sum / self.n, self.agree / self.n
-        bands = [{"below": end, "kl_mean": _num(s / n), "top1": a / n, "positions": n,
-                  "pass": bool(s / n <= KL_BAR and a / n >= TOP1_BAR)}
-                 for end, (s, a, n) in sorted(self.by_band.items()) if n]
+        kl_mean, top1 = sum(self.kl_sum) / n, sum(self.agree) / n
+        bands = [{"below": self.ends[i] if i < len(self.ends) else None, "kl_mean": _num(s / m), "top1": a / m,
+                  "positions": m, "pass": bool(s / m <= KL_BAR and a / m >= TOP1_BAR)}
+                 for i, (s, a, m) in enumerate(zip(self.kl_sum, self.agree, self.n)) if m]
         ok = self.finite and kl_mean <= KL_BAR and top1 >= TOP1_BAR and all(b["pass"] for b in bands)
-        return {"positions": self.n, "kl_mean": _num(kl_mean), "kl_max": _num(self.kl_max), "top1": top1,
+        return {"positions": n, "kl_mean": _num(kl_mean), "kl_max": _num(self.kl_max), "top1": top1,
                 "finite": self.finite, "bands": bands, "pass": bool(ok)}
 
 
@@ -155,9 +153,9 @@ def check_length(eng, ref, ids: list[int], L: int, args) -> dict:
     to_ref = Agreement([L])
     to_ref.add(want_last[None], serving_last[None].to(want_last.device), L - 1)
     same_kl = same.summary()["kl_mean"]
-    rec["serving_last_row"] = {"kl_to_all_rows_path": same_kl, "same_top1": same.agree == 1,
+    rec["serving_last_row"] = {"kl_to_all_rows_path": same_kl, "same_top1": same.summary()["top1"] == 1,
                                "kl_to_reference_reported_not_gated": to_ref.summary()["kl_mean"],
-                               "top1_to_reference": to_ref.agree == 1,
+                               "top1_to_reference": to_ref.summary()["top1"] == 1,
                                "pass": bool(same_kl is not None and same_kl <= KL_BAR)}
     parts = [rec["all_positions"], rec["serving_last_row"], rec["decode_after"]]
     rec["pass"] = all(p["pass"] for p in parts)

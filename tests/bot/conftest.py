@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from tests.paths import GITHUB
+from tests.services import REDIS, redis_namespace  # noqa: F401  (REDIS: the bot tests import it from here)
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS = "redis://127.0.0.1:6379"
 PAYLOADS = GITHUB / "payloads"
 SECRET = "test-webhook-secret-" + secrets.token_hex(4)
 # The in-process GPU worker's own result key (it reads the env at run time; the bot side knows it by id).
@@ -63,17 +63,8 @@ def pg_url():
 @pytest.fixture(scope="session")
 def redis_ns():
     """A dedicated db number and key prefix; every key under the prefix is deleted afterwards."""
-    import redis
-    db = 13
-    client = redis.Redis.from_url(f"{REDIS}/{db}")
-    try:
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
-    prefix = f"tokengate-test-{secrets.token_hex(4)}:"
-    yield f"{REDIS}/{db}", prefix
-    for key in client.scan_iter(match=f"{prefix}*", count=1000):
-        client.delete(key)
+    with redis_namespace("test") as (url, _, prefix):
+        yield url, prefix
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,8 @@ from sqlalchemy.engine import make_url
 
 from bot.render import STICKY_MARKER
 from bot.github.signature import sign
-from tests.bot.conftest import APP_ID, REDIS, comment_payload, pr_payload, scratch_database, wait_until
+from tests.bot.conftest import APP_ID, comment_payload, pr_payload, scratch_database, wait_until
+from tests.services import redis_namespace
 from bot.testing.native_stack import ENV_EXAMPLE, NativeStack, parse_env_file
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -59,17 +60,8 @@ def fresh_db():
 @pytest.fixture
 def fresh_redis():
     """A key prefix of its own (the in-process test worker must not steal these tasks); keys removed after."""
-    import redis
-    url = f"{REDIS}/13"
-    client = redis.Redis.from_url(url)
-    try:
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"Redis on 127.0.0.1:6379 is not reachable: {exc}")
-    prefix = f"tokengate-e2e-{secrets.token_hex(4)}:"
-    yield url, prefix, client
-    for key in client.scan_iter(match=f"{prefix}*", count=1000):
-        client.delete(key)
+    with redis_namespace("e2e") as (url, client, prefix):
+        yield url, prefix, client
 
 
 def real_pipeline_available() -> str | None:

@@ -4,30 +4,20 @@ be signed by this one and accepted by the bot (real Redis, dedicated db and pref
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
-import redis
 
+from tests.services import redis_namespace
 from worker.queue import auth, tasks
-
-REDIS_URL = "redis://127.0.0.1:6379/13"
 
 
 @pytest.fixture
 def store(monkeypatch):
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    prefix = f"tgcache-{uuid.uuid4().hex[:8]}:"
-    monkeypatch.setattr(tasks, "_redis", lambda: (client, prefix))
-    monkeypatch.setenv("TOKENGATE_WORKER_ID", "gpu0")
-    monkeypatch.setenv("TOKENGATE_WORKER_KEY", "gpu0-key")
-    yield client, prefix
-    for k in client.scan_iter(f"{prefix}*"):
-        client.delete(k)
+    with redis_namespace("cache") as (_, client, prefix):
+        monkeypatch.setattr(tasks, "_redis", lambda: (client, prefix))
+        monkeypatch.setenv("TOKENGATE_WORKER_ID", "gpu0")
+        monkeypatch.setenv("TOKENGATE_WORKER_KEY", "gpu0-key")
+        yield client, prefix
 
 
 @pytest.mark.services

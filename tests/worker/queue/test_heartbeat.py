@@ -2,11 +2,11 @@
 lapsing on their own when the process dies without cleaning up."""
 from __future__ import annotations
 
-import secrets
 import time
 
 import pytest
 
+from tests.services import redis_namespace
 from worker.queue import heartbeat
 
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -15,16 +15,8 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 def redis_prefix():
-    import redis
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.exceptions.ConnectionError as exc:
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
-    prefix = f"tokengate-hb-{secrets.token_hex(4)}:"
-    yield client, prefix
-    for key in client.scan_iter(match=f"{prefix}*"):
-        client.delete(key)
+    with redis_namespace("hb") as (_, client, prefix):
+        yield client, prefix
 
 
 def test_beats_while_running_and_disappears_when_stopped(redis_prefix):
