@@ -322,10 +322,15 @@ def time_tg(eng, depth: int, runs: int, n_tokens: int = 128, method: dict | None
         eng.generate_greedy(n_tokens)
         eng.synchronize()
         samples.append(n_tokens / (time.perf_counter() - t))
-    med = statistics.median(samples)
-    return {"depth": depth, "tokens": n_tokens, "samples": samples, "median": med, "min": min(samples),
-            "max": max(samples), "spread_pct": 100 * (max(samples) - min(samples)) / med,
+    return {"depth": depth, "tokens": n_tokens, **spread(samples),
             "depth_method": method.get("kind", "decode"), "depth_method_reason": method.get("reason")}
+
+
+def spread(samples: list[float]) -> dict:
+    """A receipt's figures for repeated timings: the samples, median, min, max, (max - min) / median in %."""
+    med = statistics.median(samples)
+    return {"samples": samples, "median": med, "min": min(samples), "max": max(samples),
+            "spread_pct": 100 * (max(samples) - min(samples)) / med}
 
 
 def _cfg_list(v, xx, ws, kw):

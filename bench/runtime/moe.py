@@ -11,7 +11,6 @@ No llama.cpp here: its ratio needs a same-call llama.cpp build (issue 17 item 3)
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import traceback
@@ -22,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.runtime.decode import Receipt, _err, _now, environment, time_tg  # noqa: E402
+from bench.runtime.decode import Receipt, _err, _now, environment, spread, time_tg  # noqa: E402
 
 
 DEV = ["cuda"]
@@ -95,9 +94,7 @@ def time_prefill(eng, n: int, runs: int) -> dict:
         eng.prefill(ids)
         eng.synchronize()
         samples.append(n / (time.perf_counter() - t))
-    med = statistics.median(samples)
-    return {"tokens": n, "samples": samples, "median": med, "min": min(samples), "max": max(samples),
-            "spread_pct": 100 * (max(samples) - min(samples)) / med}
+    return {"tokens": n, **spread(samples)}
 
 
 def main(argv=None) -> int:
