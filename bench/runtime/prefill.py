@@ -248,6 +248,8 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
 
     gen = torch.Generator().manual_seed(1)
     vocab = min(eng.config.vocab_size, 248000)
+    if args.graphs:  # the eager side of the eager-vs-graph comparison (graphs are the runtime's default)
+        eng.prefill_graphs_enabled = False
     for L in args.lengths:
         try:
             if L > eng.max_context:
@@ -259,12 +261,12 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
                 torch.cuda.reset_peak_memory_stats()
             times = [_prefill_once(eng, ids) for _ in range(n)]
             s = _summary(times)
-            rec = {"what": "prefill", "tokens": L, "gemm": mode, "chunk": plan_chunk(eng, L),
+            rec = {"what": "prefill", "tokens": L, "gemm": mode, "chunk": plan_chunk(eng, L), "graph": _replayed(eng, L, mode),
                    "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak()}
             ref, src = llama_ref(shape, L, (receipt.cur.get("gguf") or {}).get("sha256"))
             rec.update(llamacpp_tok_s=ref, llamacpp_source=src, ratio_vs_llamacpp=rec["tok_s"] / ref if ref else None)
             receipt.add(rec)
-            print(f"[pp{L} {mode}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
+            print(f"[pp{L} {mode}{'+graph' if rec['graph'] else ''}] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} spread {s['spread']:.3f} "
                   f"peak {(rec['peak_bytes'] or 0)/2**30:.2f} GiB", flush=True)
             if args.graphs:
                 bench_graph(eng, shape, L, ids, n, mode, receipt)
@@ -274,6 +276,13 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
                 torch.cuda.empty_cache()
 
 
+def _replayed(eng, L: int, mode: str) -> bool:
+    """Whether the prefill of L tokens at position 0 now replays a captured graph (the runtime's default)."""
+    graphs = getattr(eng, "prefill_graphs", None)
+    return bool(getattr(eng, "prefill_graphs_enabled", True) and graphs is not None
+                and graphs.graphs.get((L, 0, mode)) is not None)
+
+
 def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, receipt: Receipt) -> None:
     """The same prefill replayed from a CUDA graph (runtime/triton/prefill_graph.py): its logits against
     the eager ones (they must be equal: the same kernels on the same buffers), then its time."""
@@ -281,11 +290,10 @@ def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, rece
     eager = eng.prefill(ids).clone()
     eng.prefill_graphs_enabled = True
     try:
-        _prefill_once(eng, ids)  # the first sighting of (L, 0) runs eagerly; the second captures
+        _prefill_once(eng, ids)  # the first sighting of (L, 0) runs eagerly, then captures
         eng.reset()
         replayed = eng.prefill(ids)
-        graphs = getattr(eng, "prefill_graphs", None)
-        captured = graphs is not None and graphs.graphs.get((L, 0, mode)) is not None
+        captured = _replayed(eng, L, mode)
         diff = float((replayed - eager).abs().max())
         times = [_prefill_once(eng, ids) for _ in range(n)]
     finally:
@@ -517,7 +525,8 @@ def main(argv=None) -> int:
     ap.add_argument("--llama-cpp", type=Path, metavar="RECEIPT", default=None,
                     help="bench/llamacpp/llamacpp_receipt.py output made in this call: same-call ratios on the same files")
     ap.add_argument("--graphs", action="store_true",
-                    help="also time each length replayed from a CUDA graph (and check it equals eager)")
+                    help="time each length eagerly and replayed from a CUDA graph (and check they are equal); "
+                         "without it every row is the runtime's default path (graphs where they apply)")
     ap.add_argument("--gdn-t", type=ints, default=[512, 4096, 32768])
     ap.add_argument("--attn-t", type=ints, default=[4096, 32768])
     ap.add_argument("--n-kernel", type=int, default=10)

@@ -1,6 +1,6 @@
 """Bookkeeping of the prefill CUDA graphs (runtime/triton/prefill_graph.py), with capture faked: CI has
 no GPU. What must hold: the first sighting of a (length, start) runs eagerly (it compiles the kernels
-a capture cannot), later ones replay; a graph whose buffers moved is captured again (replaying it
+a capture cannot) and captures after, so the second one already replays (a gate warms up once); a graph whose buffers moved is captured again (replaying it
 would address freed memory); a capture that fails stays eager; only so many graphs are kept; and
 nothing but a one-chunk, last-position, dense CUDA prefill is ever a candidate."""
 from types import SimpleNamespace
@@ -41,7 +41,7 @@ def _engine(fail=False, gemm="auto"):
     return SimpleNamespace(fail=fail, prefill_matrix_scratch=None, prefill_gemm=gemm)
 
 
-def test_first_sighting_is_eager_then_replays(fake_capture):
+def test_first_sighting_is_eager_then_captured_and_the_next_replays(fake_capture):
     g, eng, ws = PrefillGraphs(), _engine(), object()
     eager_calls = []
 
@@ -50,18 +50,19 @@ def test_first_sighting_is_eager_then_replays(fake_capture):
         return torch.zeros(4)
 
     ids = torch.arange(8, dtype=torch.int32)
-    g.run(eng, ids, 0, ws, eager)
-    assert eager_calls == [1] and fake_capture == []
+    first = g.run(eng, ids, 0, ws, eager)
+    assert eager_calls == [1] and len(fake_capture) == 1 and torch.equal(first, torch.zeros(4))
+    cap = fake_capture[0][1]
+    assert cap.graph.replays == 0  # the first call's answer is the eager one
     out = g.run(eng, ids, 0, ws, eager)
     assert eager_calls == [1] and len(fake_capture) == 1
-    cap = fake_capture[0][1]
     assert cap.graph.replays == 1 and torch.equal(cap.ids, ids) and torch.equal(out, torch.ones(4))
     out[0] = 99.0  # the caller's copy, not the static row the next replay overwrites
     assert cap.out[0, 0] == 1.0
     g.run(eng, ids, 0, ws, eager)
     assert len(fake_capture) == 1 and cap.graph.replays == 2
     g.run(eng, ids, 5, ws, eager)  # another start position is another graph: eager first
-    assert eager_calls == [1, 1]
+    assert eager_calls == [1, 1] and len(fake_capture) == 2
 
 
 def test_moved_buffers_are_captured_again(fake_capture):
@@ -104,7 +105,7 @@ def test_another_gemm_mode_is_another_graph(fake_capture):
     eng.prefill_gemm = "tile"
     eager = []
     g.run(eng, ids, 0, ws, lambda: eager.append(1) or torch.zeros(4))
-    assert eager == [1] and [k for k, _ in fake_capture] == [(8, 0, "scratch")]
+    assert eager == [1] and [k for k, _ in fake_capture] == [(8, 0, "scratch"), (8, 0, "tile")]
 
 
 def _cfg(moe=False):
@@ -127,7 +128,20 @@ def test_only_a_one_chunk_last_position_dense_cuda_prefill_is_graphed(kw, ok):
     assert pg.graphable(eng, kw.get("n", 512), 4096, kw.get("all_logits", False)) is ok
 
 
-def test_off_unless_asked(monkeypatch):
+def test_on_unless_turned_off():
+    import importlib
+    import os
+
     eng = SimpleNamespace(device="cuda", config=_cfg(), prefill_debug=False)
     assert pg.graphable(eng, 512, 4096, False) is pg.ENABLED
-    assert pg.ENABLED is False or __import__("os").environ.get("TOKENGATE_PREFILL_GRAPHS") == "1"
+    assert pg.ENABLED is (os.environ.get("TOKENGATE_PREFILL_GRAPHS") != "0")
+    old = os.environ.get("TOKENGATE_PREFILL_GRAPHS")
+    try:
+        os.environ["TOKENGATE_PREFILL_GRAPHS"] = "0"
+        assert importlib.reload(pg).ENABLED is False
+    finally:
+        if old is None:
+            os.environ.pop("TOKENGATE_PREFILL_GRAPHS")
+        else:
+            os.environ["TOKENGATE_PREFILL_GRAPHS"] = old
+        importlib.reload(pg)
