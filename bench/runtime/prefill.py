@@ -288,24 +288,36 @@ def bench_graph(eng, shape: str, L: int, ids: list[int], n: int, mode: str, rece
     the eager ones (they must be equal: the same kernels on the same buffers), then its time."""
     eng.reset()
     eager = eng.prefill(ids).clone()
+    eager_next = _decode_after(eng, eager)
     eng.prefill_graphs_enabled = True
     try:
         _prefill_once(eng, ids)  # the first sighting of (L, 0) runs eagerly, then captures
         eng.reset()
         replayed = eng.prefill(ids)
+        replayed_next = _decode_after(eng, replayed)  # the state the graph left must be the eager one
         captured = _replayed(eng, L, mode)
         diff = float((replayed - eager).abs().max())
+        diff_next = float((replayed_next - eager_next).abs().max())
         times = [_prefill_once(eng, ids) for _ in range(n)]
     finally:
         eng.prefill_graphs_enabled = False
     s = _summary(times)
     ref, src = llama_ref(shape, L, (receipt.cur.get("gguf") or {}).get("sha256"))
     rec = {"what": "prefill", "tokens": L, "gemm": mode, "graph": True, "graph_captured": bool(captured),
-           "max_abs_diff_vs_eager": diff, "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak(),
+           "max_abs_diff_vs_eager": diff, "decode_after_max_abs_diff_vs_eager": diff_next, "ttft_s": s, "tok_s": L / s["median"], "peak_bytes": _peak(),
            "llamacpp_tok_s": ref, "llamacpp_source": src, "ratio_vs_llamacpp": L / s["median"] / ref if ref else None}
     receipt.add(rec)
     print(f"[pp{L} {mode}+graph] {rec['tok_s']:.0f} tok/s  ttft {s['median']*1e3:.1f} ms  n={n} "
-          f"captured {captured} max|diff| vs eager {diff:.3g}", flush=True)
+          f"captured {captured} max|diff| vs eager {diff:.3g}, 4 decode steps after {diff_next:.3g}", flush=True)
+
+
+def _decode_after(eng, logits: torch.Tensor, steps: int = 4) -> torch.Tensor:
+    """The logits of `steps` greedy decode steps after a prefill, stacked: what reads the prefill's state."""
+    rows = []
+    for _ in range(steps):
+        logits = eng.decode(int(logits.argmax())).clone()
+        rows.append(logits)
+    return torch.stack(rows)
 
 
 def bench_turn2(eng, args, receipt: Receipt) -> None:

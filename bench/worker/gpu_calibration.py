@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.tree_snapshot import REF as SNAPSHOT_REF, snapshot_commit  # noqa: E402
 from worker.calibration.aa_store import AAStore  # noqa: E402
-from worker.calibration.auto import calibrate_pairs, run_pairs, targets  # noqa: E402
+from worker.calibration.auto import calibrate_pairs, run_pairs  # noqa: E402
 from worker.calibration.placebo import judge_blocks  # noqa: E402
 from worker.config import EvalSettings  # noqa: E402
 from worker.gates.noise import choose_design, gate_null  # noqa: E402
@@ -247,8 +247,6 @@ def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
     H200s, each judged apart, since one evaluation runs on one card) read as A/A evaluations
     against this card's calibration floors, model by model (a model's gates share its pairs); then
     the bound and floors all the pairs together support."""
-    import numpy as np
-
     ev, names = _gates(st, s)
     mine = _deltas(st, names)
     n_cal = calibration_n(st)
