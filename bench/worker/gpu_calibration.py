@@ -27,6 +27,7 @@ import datetime as dt
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -323,6 +324,23 @@ def step_detect(st: State, args) -> bool:
     return all(det.get(f"plant-{round(x * 100)}", {}).get("pairs", 0) >= args.detect_pairs for x in PLANTS)
 
 
+def resampled_detection(deltas: list[float], null, draws: int = 4000, seed: int = 0) -> float | None:
+    """The chance that one evaluation calls this gate slower, estimated by drawing its process pairs
+    with replacement from the recorded ones, pair after pair while the gate wants more (as the
+    pipeline stops). An estimate from n pairs, beside the direct count over disjoint evaluations
+    (which a session's device time keeps to one or two); None below 3 pairs."""
+    if len(deltas) < 3:
+        return None
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(draws):
+        block = [rng.choice(deltas)]
+        while null.wants_more(block):
+            block.append(rng.choice(deltas))
+        hits += null.significant(block) < 0
+    return hits / draws
+
+
 def detect_figures(st: State, s: EvalSettings) -> dict:
     ev, names = _gates(st, s)
     nulls = _nulls(_deltas(st, names), s, ev)
@@ -332,6 +350,7 @@ def detect_figures(st: State, s: EvalSettings) -> dict:
         evals = judge_blocks(d, nulls)
         out[b] = {"evaluations": len(evals), "pairs": rec["pairs"],
                   "detected_slower": {k: (sum(e[k] < 0 for e in evals) / len(evals) if evals else None) for k in d},
+                  "resampled_detected_slower": {k: resampled_detection(v, nulls[k]) for k, v in d.items()},
                   "mean_change": {k: math.expm1(sum(v) / len(v)) for k, v in d.items() if v}}
     return out
 
