@@ -82,7 +82,8 @@ case $step in
   prefillcpu)  # issue 13: the 0.8B prefill 4k pair sd 11.4 % (gpu-calibration-standard-20261203T121536Z.json): CPU placement?
     timeout $(( $(left) )) python3 bench/worker/decode_noise.py --out "$OUT" --model qwen35-0.8b-q8_0 --variants cpus --prefill \
       --pairs 8 --budget 200 2>&1 | tee "$OUT/prefillcpu.log" | grep -E "^pair|receipt|Error|error" ;;
-  graphs)  # issue 17: pp512-4k replayed from a CUDA graph (runtime/triton/prefill_graph.py, off by default) vs eager
+  graphs)  # issue 17: pp512-4k replayed from a CUDA graph (runtime/triton/prefill_graph.py, the default) vs eager,
+            # with 4 decode steps after each compared
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024,4096 --gemm auto --graphs \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   llamacpp)  # issue 17: llama.cpp 3f545be built on the box from the carried .llama (bench/device/llama_src.py here),
