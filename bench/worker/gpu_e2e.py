@@ -39,12 +39,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GIT = ["git", "-c", "user.name=tokengate e2e", "-c", "user.email=e2e@tokengate.invalid"]
 
-# Planted changes: (file, exact text, replacement). Each must match once on main.
-_FFN = ('            gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,\n'
-        '                 norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)\n')
+# Planted changes: (file, exact text, replacement). Each must match once on main
+# (tests/bench/test_gpu_e2e_plants.py builds them on the CPU, so a moved line fails CI, not a device call).
+_FFN = ('                gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,\n'
+        '                     norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)\n')
+
+
+def _indented(text: str, by: int = 4) -> str:
+    return "".join(" " * by + line for line in text.splitlines(keepends=True))
+
+
 DECODE_SLOW = ("runtime/triton/decode.py", _FFN,
-               _FFN + "            if layer % 2 == 0:  # planted: the FFN's gate/up GEMV again (same result)\n"
-               + _FFN.replace("            ", "                ", 1).replace("\n                 ", "\n                     "))
+               _FFN + "                if layer % 2 == 0:  # planted: the FFN's gate/up GEMV again (same result)\n"
+               + _indented(_FFN))
 _MM = "    if not _use_scratch(engine, x.shape[0]):\n        return qgemm(x, w.data, w.qtype, w.cols, out=out, residual=residual)\n"
 PREFILL_SLOW = ("runtime/triton/prefill.py", _MM,
                 "    if residual is None:  # planted: the projection GEMM twice (same result)\n"
