@@ -78,6 +78,13 @@ class Agreement:
                 "finite": self.finite, "bands": bands, "pass": bool(ok)}
 
 
+def _one_row(want, got, pos: int) -> dict:
+    """Agreement's summary for one position's row."""
+    a = Agreement([pos + 1])
+    a.add(want[None], got[None], pos)
+    return a.summary()
+
+
 def _num(x: float) -> float | None:
     """NaN is not JSON: a non-finite KL is null (and never passes: NaN compares false above)."""
     return x if x == x and abs(x) != float("inf") else None
@@ -148,14 +155,12 @@ def check_length(eng, ref, ids: list[int], L: int, args) -> dict:
     serving_last = eng.prefill(prompt, all_logits=False).float()
     _sync(dev)
     rec["seconds"]["serving_prefill_warm"] = round(time.perf_counter() - t0, 3)
-    same = Agreement([L])
-    same.add(rows_last[None], serving_last[None], L - 1)
-    to_ref = Agreement([L])
-    to_ref.add(want_last[None], serving_last[None].to(want_last.device), L - 1)
-    same_kl = same.summary()["kl_mean"]
-    rec["serving_last_row"] = {"kl_to_all_rows_path": same_kl, "same_top1": same.summary()["top1"] == 1,
-                               "kl_to_reference_reported_not_gated": to_ref.summary()["kl_mean"],
-                               "top1_to_reference": to_ref.summary()["top1"] == 1,
+    same = _one_row(rows_last, serving_last, L - 1)
+    to_ref = _one_row(want_last, serving_last.to(want_last.device), L - 1)
+    same_kl = same["kl_mean"]
+    rec["serving_last_row"] = {"kl_to_all_rows_path": same_kl, "same_top1": same["top1"] == 1,
+                               "kl_to_reference_reported_not_gated": to_ref["kl_mean"],
+                               "top1_to_reference": to_ref["top1"] == 1,
                                "pass": bool(same_kl is not None and same_kl <= KL_BAR)}
     parts = [rec["all_positions"], rec["serving_last_row"], rec["decode_after"]]
     rec["pass"] = all(p["pass"] for p in parts)

@@ -274,12 +274,16 @@ def bench_lengths(eng, shape: str, args, receipt: Receipt, mode: str) -> None:
             receipt.error(f"pp{L}", e)
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
+    if args.graphs:  # what follows (the second turn) runs on the runtime's default again
+        del eng.prefill_graphs_enabled
 
 
 def _replayed(eng, L: int, mode: str) -> bool:
     """Whether the prefill of L tokens at position 0 now replays a captured graph (the runtime's default)."""
     graphs = getattr(eng, "prefill_graphs", None)
-    return bool(getattr(eng, "prefill_graphs_enabled", True) and graphs is not None
+    from runtime.triton.prefill_graph import ENABLED
+
+    return bool(getattr(eng, "prefill_graphs_enabled", ENABLED) and graphs is not None
                 and graphs.graphs.get((L, 0, mode)) is not None)
 
 

@@ -23,7 +23,14 @@ from collections import OrderedDict
 
 import torch
 
-ENABLED = os.environ.get("TOKENGATE_PREFILL_GRAPHS", "1") != "0"
+
+
+def enabled_by(environ=os.environ) -> bool:
+    """Graphs unless TOKENGATE_PREFILL_GRAPHS=0."""
+    return environ.get("TOKENGATE_PREFILL_GRAPHS", "1") != "0"
+
+
+ENABLED = enabled_by()
 MAX_GRAPHS = 8  # (length, start) pairs kept; the least recently used is dropped
 MIN_TOKENS = 64  # shorter prompts gain little and would multiply the graphs kept
 

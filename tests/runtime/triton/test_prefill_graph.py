@@ -1,6 +1,7 @@
 """Bookkeeping of the prefill CUDA graphs (runtime/triton/prefill_graph.py), with capture faked: CI has
 no GPU. What must hold: the first sighting of a (length, start) runs eagerly (it compiles the kernels
-a capture cannot) and captures after, so the second one already replays (a gate warms up once); a graph whose buffers moved is captured again (replaying it
+a capture cannot) and captures after, so the second one already replays (a gate warms up once); a
+graph whose buffers moved is captured again (replaying it
 would address freed memory); a capture that fails stays eager; only so many graphs are kept; and
 nothing but a one-chunk, last-position, dense CUDA prefill is ever a candidate."""
 from types import SimpleNamespace
@@ -129,19 +130,10 @@ def test_only_a_one_chunk_last_position_dense_cuda_prefill_is_graphed(kw, ok):
 
 
 def test_on_unless_turned_off():
-    import importlib
     import os
 
     eng = SimpleNamespace(device="cuda", config=_cfg(), prefill_debug=False)
     assert pg.graphable(eng, 512, 4096, False) is pg.ENABLED
-    assert pg.ENABLED is (os.environ.get("TOKENGATE_PREFILL_GRAPHS") != "0")
-    old = os.environ.get("TOKENGATE_PREFILL_GRAPHS")
-    try:
-        os.environ["TOKENGATE_PREFILL_GRAPHS"] = "0"
-        assert importlib.reload(pg).ENABLED is False
-    finally:
-        if old is None:
-            os.environ.pop("TOKENGATE_PREFILL_GRAPHS")
-        else:
-            os.environ["TOKENGATE_PREFILL_GRAPHS"] = old
-        importlib.reload(pg)
+    assert pg.ENABLED is pg.enabled_by(os.environ)
+    assert pg.enabled_by({}) is True and pg.enabled_by({"TOKENGATE_PREFILL_GRAPHS": "1"}) is True
+    assert pg.enabled_by({"TOKENGATE_PREFILL_GRAPHS": "0"}) is False
