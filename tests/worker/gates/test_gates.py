@@ -20,12 +20,15 @@ def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
 def test_real_speedup_gets_a_tier(tmp_path, cache):
     r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[64], pairs=4, inner=2,
               settings=LOOSE, calibrate=True)
-    assert r.verdict in TIERS, r.summary
-    assert r.best_speedup is not None and r.best_speedup > 0.25
+    # the untouched prefill gate runs at LOOSE's 5 % false-significance rate: a fluke there makes the
+    # verdict MIXED (named), never costs the decode gate its tier
+    flagged = {g.gate for g in r.gates if g.regression}
+    assert r.verdict in TIERS or (r.verdict is Verdict.MIXED and flagged == {"prefill@64"}), r.summary
     assert "decode@32" in r.summary
-    # the tier comes from the conservative end of the interval over process pairs, not the point estimate
     (g,) = [g for g in r.gates if g.gate == "decode@32"]
-    assert r.best_speedup == g.ci_low < g.rel_change and g.n_pairs >= 2
+    assert g.significant and g.ci_low > 0.25 and g.n_pairs >= 2
+    if r.verdict in TIERS:  # the tier comes from the conservative end of the interval, not the point estimate
+        assert r.best_speedup == g.ci_low < g.rel_change
 
 
 def test_subtly_wrong_kernel_fails_the_guard(tmp_path, cache):

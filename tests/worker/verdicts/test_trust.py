@@ -31,7 +31,10 @@ def test_kl_drift_with_every_argmax_unchanged_is_rejected(tmp_path, cache):
 def test_main_failing_its_own_bars_is_infra(tmp_path, cache):
     store = AAStore(tmp_path / "aa.sqlite")
     good = eval_fakes(tmp_path / "a", settings=LOOSE, calibrate=True, store=store)  # guard A/A of a good main
-    assert good.verdict is Verdict.NONE, good.summary
+    # only the guards are this step's business: its speed gates run at LOOSE's 5 % false-significance
+    # rate on a shared CI core, so their verdict is a coin with a known bias (CI once drew REJECT here)
+    assert good.guards and all(g.passed for g in good.guards), good.summary
+    assert good.verdict is not Verdict.INFRA, good.summary
     r = eval_fakes(tmp_path / "b", base="wrong", head="wrong", store=store)  # main changed under us; head = main
     assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.BASELINE_FAILED_GUARD, r.summary
 
