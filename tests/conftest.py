@@ -4,8 +4,13 @@ Test data lives in the repository (`tests/paths.py`); nothing outside the checko
 `services` need the PostgreSQL and Redis on 127.0.0.1 (`.ci/run` starts them) and skip, saying which one
 and how to start it, when they are down.
 """
+import fcntl
+import os
 import socket
+import tempfile
+from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,5 +44,75 @@ def pytest_runtest_setup(item):
 
 def pytest_collection_modifyitems(session, config, items):
     """tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
-    name) left the shared app in a state that made later bot tests' workers time out when it ran first."""
+    name) left the shared app in a state that made later bot tests' workers time out when it ran first.
+    Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`."""
     items.sort(key=lambda item: "tests/bot/history/" in item.nodeid)
+    for item in items:
+        if "cache" in item.fixturenames:
+            item.add_marker("timed")
+
+
+# -- timed tests run alone --------------------------------------------------------------------------------
+# The test command runs the suite on two xdist workers. A test whose outcome rests on measured speed or on
+# deadlines (A/A noise against a calibrated floor, request timeouts) must not share the cores with another
+# test: calibration pairs taken beside one load and evaluation pairs beside another are exactly the drift
+# the product's own bound does not cover. So a `timed` test holds the room alone and the others share it.
+# A turnstile in front keeps a waiting timed test from being starved by the untimed ones going in and out.
+
+
+def _lock_dir() -> Path | None:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for all workers of a run
+    if not run:
+        return None  # one process: every test runs alone already
+    folder = Path(tempfile.gettempdir()) / f"tokengate-pytest-{run}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextmanager
+def _room(alone: bool):
+    folder = _lock_dir()
+    if folder is None:
+        yield
+        return
+    with open(folder / "timed.turnstile", "a") as turnstile, open(folder / "timed.room", "a") as room:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _room(alone=item.get_closest_marker("timed") is not None):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _revisions_are_timed(request, monkeypatch):
+    """A test that starts a revision process (the harness's sandboxed driver) without being `timed` fails:
+    the rule above would otherwise rest on remembering to mark it."""
+    if request.node.get_closest_marker("timed") is not None:
+        yield
+        return
+    from worker.harness.client import RevisionProcess
+
+    started = []
+    real = RevisionProcess.start
+
+    def start(self, *a, **k):
+        started.append(self.role)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(RevisionProcess, "start", start)
+    yield
+    if started:
+        pytest.fail(f"this test started revision processes ({', '.join(started)}) but is not marked "
+                    "@pytest.mark.timed: under xdist it would be timed beside another test", pytrace=False)

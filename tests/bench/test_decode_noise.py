@@ -29,6 +29,7 @@ def test_offsets_show_across_pairs_and_jitter_within():
     assert flat["across_pairs_sd_pct"] == 0.0 and flat["within_pair_sd_pct"] > 1.0
 
 
+@pytest.mark.timed
 @pytest.mark.skipif(not sandbox.detect_isolation().full, reason="the script refuses a weaker sandbox")
 @pytest.mark.parametrize("variants,modes,extra", [("copy", decode_noise.MODES, []),
                                                   ("cpus", decode_noise.CPU_MODES, ["--prefill"])])

@@ -196,6 +196,7 @@ def _step_rows(tmp_path, root, name):
         return resp["steps"], proc.read_logits(resp, 5, "measure")
 
 
+@pytest.mark.timed
 def test_an_engine_with_its_own_loop_fills_logits_out_like_the_decode_hook(tmp_path):
     pytest.importorskip("torch")
     from tests.worker.helpers import GOOD

@@ -20,6 +20,8 @@ from worker.records import InfraKind, Verdict
 from tests.worker.helpers import GOOD
 from .conftest import FULL, ISO, assert_postgres_untouched, run_eval
 
+pytestmark = pytest.mark.timed  # whole evaluations: speed gates and request deadlines
+
 TIERS = {Verdict.S, Verdict.M, Verdict.L, Verdict.XL}
 
 

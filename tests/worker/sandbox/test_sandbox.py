@@ -50,6 +50,7 @@ def test_memory_limit(tmp_path):
     assert rc != 0 and "DONE" not in out  # the cgroup's memory.max (OOM kill)
 
 
+@pytest.mark.timed  # a deadline
 def test_timeout_kills_the_whole_process_group(tmp_path):
     m = fake_model(tmp_path / "m.gguf")
     proc = RevisionProcess("head", GOOD, tmp_path / "w", read_only=[tmp_path])

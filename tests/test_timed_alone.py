@@ -1,0 +1,85 @@
+"""The suite runs on two xdist workers; a `timed` test must have the machine to itself (tests/conftest.py).
+
+A small suite of sleepers, run the way the test command runs ours, records when each test ran: a timed
+one may overlap nothing, while the untimed ones do overlap (so the check can see overlap at all).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+SLEEPERS = '''
+import json, os, time
+import pytest
+
+def _ran(name):
+    t0 = time.monotonic(); time.sleep(0.5); t1 = time.monotonic()
+    with open(os.environ["TIMED_LOG"], "a") as f:
+        f.write(json.dumps([name, t0, t1]) + "\\n")
+
+@pytest.mark.timed
+def test_timed_a(): _ran("timed")
+
+@pytest.mark.timed
+def test_timed_b(): _ran("timed")
+
+@pytest.mark.parametrize("i", range(8))
+def test_untimed(i): _ran("untimed")
+'''
+
+
+def _overlap(a, b) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def test_timed_tests_overlap_nothing_under_xdist(tmp_path):
+    pytest.importorskip("xdist")
+    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_protocol  # noqa: F401\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n")
+    (tmp_path / "test_sleepers.py").write_text(SLEEPERS)
+    log = tmp_path / "log.jsonl"
+    env = {**os.environ, "TIMED_LOG": str(log), "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == 10
+    timed = [x for x in runs if x[0] == "timed"]
+    untimed = [x for x in runs if x[0] == "untimed"]
+    assert any(_overlap(a, b) for a in untimed for b in untimed if a is not b), "the two workers never overlapped"
+    clashes = [(t, o) for t in timed for o in runs if o is not t and _overlap(t, o)]
+    assert not clashes, clashes
+
+
+STARTER = '''
+import pytest
+from worker.harness.client import RevisionProcess
+
+def _start(tmp_path):
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OSError):  # the workdir is a file: start() stops before anything runs
+        RevisionProcess("head", tmp_path, tmp_path / "afile").start(timeout=1)
+
+def test_unmarked(tmp_path): _start(tmp_path)
+
+@pytest.mark.timed
+def test_marked(tmp_path): _start(tmp_path)
+'''
+
+
+def test_a_test_that_starts_revisions_must_be_marked_timed(tmp_path):
+    (tmp_path / "conftest.py").write_text("from tests.conftest import _revisions_are_timed  # noqa: F401\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n")
+    (tmp_path / "test_starter.py").write_text(STARTER)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(tmp_path)],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "PASSED test_starter.py::test_marked" in out, out
+    assert "ERROR test_starter.py::test_unmarked" in out and "not marked @pytest.mark.timed" in out, out
