@@ -63,7 +63,8 @@ case $step in
   checks)  # Redis and PostgreSQL up, so the red team's attacks on both run on the GPU box too
     redis-cli ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" >/dev/null
     start_pg
-    timeout 200 python3 -m pytest -q -rs tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
+    # one process (-o addopts: the box has no pytest-xdist, and every red-team test is `timed` anyway)
+    timeout 200 python3 -m pytest -q -rs -o addopts="" -p no:xdist tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
     echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
     timeout 60 python3 bench/worker/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
     timeout 150 python3 bench/runtime/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
