@@ -50,6 +50,18 @@ def test_memory_limit(tmp_path):
     assert rc != 0 and "DONE" not in out  # the cgroup's memory.max (OOM kill)
 
 
+def test_spawn_refuses_a_weaker_sandbox(tmp_path, monkeypatch):
+    """The last line of fail-closed: even a caller that skipped the pipeline's check gets no weaker sandbox."""
+    import worker.sandbox.process as sp
+    from worker.sandbox import probe
+
+    monkeypatch.setattr(sp, "detect_isolation", lambda: probe.Isolation("degraded: none", False, False, "test: no bwrap"))
+    marker = tmp_path / "ran"
+    with pytest.raises(sandbox.SandboxUnavailable, match="no bwrap"):
+        _run(tmp_path, f"open({str(marker)!r}, 'w')")
+    assert not marker.exists()
+
+
 @pytest.mark.timed  # a deadline
 def test_timeout_kills_the_whole_process_group(tmp_path):
     m = fake_model(tmp_path / "m.gguf")

@@ -1,0 +1,232 @@
+"""Do the tests fail when a rule is removed? Each rule of the trust issues, taken out of a clean clone
+one at a time, with the tests that guard it run against the result.
+
+A mutation is one or more exact text edits (each `old` must occur exactly once, or the mutation is
+stale and says so) that remove the rule while leaving the code importable. Outcomes:
+  killed    the named tests fail on the mutant (the rule is guarded)
+  survived  they pass (the rule is not guarded: a finding, and the script exits 1)
+  error     pytest could not run them (collection error, timeout): not counted as guarded
+Before any mutation the named tests must pass on the unmutated clone.
+
+    python scripts/mutation_check.py                   # every mutation; receipt in bench/receipts/
+    python scripts/mutation_check.py --only cache-key-includes-base,timed-tests-alone
+    python scripts/mutation_check.py --list
+
+It runs the committed HEAD (a clone), one process per mutation (pytest -n 0: the suite's timed-test
+rule is one of the mutants), about 5-30 s each on the 2-core CI box.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    issue: str
+    rule: str
+    edits: tuple[tuple[str, str, str], ...]  # (path, old text, new text)
+    tests: tuple[str, ...]  # pytest node ids that must fail on the mutant
+
+
+V = "tests/worker/verdicts/test_verdict.py::"
+G = "tests/worker/guards/test_guards.py::"
+R = "tests/worker/redteam/test_evaluations.py::"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("regressions-never-hide", "13.4", "a regression blocks a tier even beside a speedup (MIXED or REJECT)",
+             (("worker/verdicts/rules.py", 'if slower and faster and s.regression_policy == "mixed":', "if False:"),
+              ("worker/verdicts/rules.py", "    if slower:\n        extra", "    if slower and not faster:\n        extra")),
+             (V + "test_a_regression_is_never_hidden_by_a_speedup",)),
+    Mutation("tier-from-conservative-end", "13.4", "the tier comes from the interval's lower end, not the point",
+             (("worker/verdicts/rules.py", "tier = Verdict(s.tier_for(best.ci_low))",
+               "tier = Verdict(s.tier_for(best.rel_change))"),),
+             (V + "test_tier_comes_from_the_conservative_end_of_the_interval",)),
+    Mutation("uncalibrated-said-plainly", "13.1", "a gate without a bound gives UNCALIBRATED, never 'none, all pass'",
+             (("worker/verdicts/rules.py", "    if uncalibrated:\n        return Decision(Verdict.UNCALIBRATED",
+               "    if False:\n        return Decision(Verdict.UNCALIBRATED"),),
+             (V + "test_uncalibrated_is_said_plainly_never_none_all_guards_pass",)),
+    Mutation("interval-over-process-pairs", "13.4", "the interval's width is that of m process pairs, not of more",
+             (("worker/gates/stats.py", "* sd / math.sqrt(m)", "* sd / math.sqrt(8 * m)"),),
+             ("tests/worker/gates/test_stats.py::test_interval_is_over_process_pairs_and_honest_under_process_offsets",)),
+    Mutation("zero-speed-refused", "seed", "a 0.0, NaN or negative speed is refused, never judged",
+             (("worker/gates/stats.py",
+               "if not (np.all(np.isfinite(b)) and np.all(np.isfinite(h)) and np.all(b > 0) and np.all(h > 0)):",
+               "if False:"),),
+             ("tests/worker/gates/test_stats.py::test_zero_nan_or_negative_speed_is_refused",)),
+    Mutation("kl-paired-against-base", "13.5", "head KL several times base's on the same prompts fails the guard",
+             (("worker/guards/scoring.py", "        if head.kl > paired_kl:", "        if False:"),),
+             (G + "test_kl_multiplied_with_top1_unchanged_is_rejected",)),
+    Mutation("baseline-failing-is-infra", "13.5", "main failing its own bars is INFRA, never the PR's REJECT",
+             (("worker/guards/scoring.py", "    check_baseline(model, base, b)\n", ""),),
+             (G + "test_main_failing_its_own_bars_is_infra_not_reject",)),
+    Mutation("bit-identical-cannot-fail", "13.5", "a head bit-identical to base cannot fail its guard",
+             (("worker/guards/scoring.py", "    if not bit:  # bit-identical", "    if True:  # bit-identical"),),
+             (G + "test_bit_identical_head_cannot_fail",)),
+    Mutation("timed-outputs-verified", "13.6", "the timed requests' logits are judged against the reference",
+             (("worker/gates/verify.py", "    if head.kl_mean > bound or head.kl_max > worst_bound:", "    if False:"),),
+             ("tests/worker/gates/test_decode_steps.py::test_step_kl_and_misses_are_judged_against_base",
+              R + "test_doing_less_work_when_not_asked_for_all_logits_is_caught")),
+    Mutation("infra-attempt-blocks-tier", "13.7", "an earlier INFRA attempt blocks a tier until a clean evaluation",
+             (("worker/verdicts/attribution.py", "    if attempt > 1 or history:", "    if False:"),),
+             (V + "test_an_earlier_infra_attempt_blocks_a_tier",)),
+    Mutation("cache-key-includes-base", "13.7", "the result cache key includes base's SHA",
+             (("worker/queue/tasks.py", ',\n             job.get("base_sha") or job.get("base_ref")]', "]"),),
+             ("tests/worker/verdicts/test_trust.py::test_result_cache_key_includes_base_and_head",)),
+    Mutation("drift-rebuilds-the-floor", "13.2", "A/A noise that changed retires the old floor and says so",
+             (("worker/calibration/history.py", "            if p < s.drift_alpha:", "            if False:"),),
+             ("tests/worker/calibration/test_history.py::test_drift_rebuilds_the_floor_and_says_so",)),
+    Mutation("stale-history-expires", "13.2", "A/A pairs older than aa_max_age_days do not back a floor",
+             (("worker/calibration/history.py", "    since = now - s.aa_max_age_days * 86400", "    since = 0.0"),),
+             ("tests/worker/calibration/test_history.py::test_stale_history_expires",)),
+    Mutation("comment-fence-outlasts-pr-text", "14.6", "a log tail's fence is longer than any backtick run in it",
+             (("worker/safe_text.py", 'fence = "`" * max(3, longest + 1)', 'fence = "```"'),),
+             (R + "test_comment_injection_is_escaped",)),
+    Mutation("no-html-comment-from-pr-text", "14.6", "PR text can never open an HTML comment in the sticky comment",
+             (("worker/safe_text.py", '.replace("<!--", "<!-\\u200b-")', ""),),
+             (R + "test_comment_injection_is_escaped",)),
+    Mutation("pipeline-fails-closed", "14.4", "without the full sandbox an evaluation is INFRA sandbox_unavailable",
+             (("worker/pipeline.py", "            if not iso.full and not self.settings.sandbox_dev_override:",
+               "            if False:"),
+              ("worker/sandbox/process.py", "    if not iso.full and not allow_degraded:", "    if False:")),
+             (R + "test_without_the_full_sandbox_the_evaluation_is_infra",)),
+    Mutation("spawn-fails-closed", "14.4", "the sandbox itself refuses to start a revision under a weaker sandbox",
+             (("worker/sandbox/process.py", "    if not iso.full and not allow_degraded:", "    if False:"),),
+             ("tests/worker/sandbox/test_sandbox.py::test_spawn_refuses_a_weaker_sandbox",)),
+    Mutation("idle-revision-frozen", "14.3", "the revision not being timed is frozen, so hogging it gains nothing",
+             (("worker/gates/bench.py", "            if freeze:\n                other.freeze(True)",
+               "            if False:\n                other.freeze(True)"),),
+             (R + "test_hogging_the_other_revision_does_not_pay",)),
+    Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
+             (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
+             ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),
+)
+
+
+def apply(tree: Path, m: Mutation) -> dict[Path, str]:
+    """Apply m's edits in tree; returns the originals. Raises LookupError when an edit is stale."""
+    originals: dict[Path, str] = {}
+    for rel, old, new in m.edits:
+        path = tree / rel
+        current = path.read_text()
+        originals.setdefault(path, current)  # the first read: before any of m's edits
+        if current.count(old) != 1:
+            restore(originals)
+            raise LookupError(f"{rel}: the text to remove occurs {current.count(old)} times (want 1): {old!r}")
+        path.write_text(current.replace(old, new))
+    return originals
+
+
+def restore(originals: dict[Path, str]) -> None:
+    for path, text in originals.items():
+        path.write_text(text)
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
+           *tests]
+    try:
+        r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return None, f"timed out after {timeout:.0f} s: {(exc.stdout or '')[-800:]}"
+    return r.returncode, (r.stdout + r.stderr)[-1500:]
+
+
+def check_one(tree: Path, m: Mutation, timeout: float) -> dict:
+    t0 = time.monotonic()
+    try:
+        originals = apply(tree, m)
+    except LookupError as exc:
+        return {"id": m.id, "outcome": "stale", "why": str(exc), "seconds": 0.0}
+    try:
+        rc, tail = run_tests(tree, m.tests, timeout)
+    finally:
+        restore(originals)
+    outcome = {1: "killed", 0: "survived"}.get(rc, "error")
+    row = {"id": m.id, "outcome": outcome, "pytest_exit": rc, "seconds": round(time.monotonic() - t0, 1)}
+    if outcome != "killed":
+        row["output_tail"] = tail
+    return row
+
+
+def imports_from(tree: Path) -> str:
+    """Where the tree's python resolves `worker` (must be the tree, not an installed checkout)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([sys.executable, "-c", "import worker; print(worker.__file__)"], cwd=tree, env=env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def check(mutations: tuple[Mutation, ...], tree: Path, timeout: float = 600.0, log=print) -> dict:
+    where = imports_from(tree)
+    if not where.startswith(str(tree)):
+        raise SystemExit(f"the clone imports worker from {where}, not from {tree}")
+    tests = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
+    rc, tail = run_tests(tree, tests, timeout)
+    if rc != 0:
+        raise SystemExit(f"the guarding tests do not pass on the unmutated tree (exit {rc}):\n{tail}")
+    rows = []
+    for m in mutations:
+        row = check_one(tree, m, timeout)
+        log(f"{row['outcome']:>8}  {m.id}  ({row['seconds']} s)")
+        rows.append({**row, "issue": m.issue, "rule": m.rule, "tests": list(m.tests),
+                     "edits": [{"path": p, "old": o, "new": n} for p, o, n in m.edits]})
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in ("killed", "survived", "error", "stale")}
+    return {"kind": "mutation_check", "mutations": rows, "counts": counts}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated mutation ids")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per pytest run")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "receipts"))
+    args = ap.parse_args(argv)
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.id:32} {m.issue:5} {m.rule}")
+        return 0
+    wanted = {x for x in args.only.split(",") if x}
+    unknown = wanted - {m.id for m in MUTATIONS}
+    if unknown:
+        ap.error(f"unknown mutation ids: {', '.join(sorted(unknown))}")
+    chosen = tuple(m for m in MUTATIONS if not wanted or m.id in wanted)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tokengate-mutants-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(tree)], check=True)
+        out = check(chosen, tree, args.timeout)
+    import platform
+
+    import torch
+
+    out.update(commit=commit, seconds=round(time.monotonic() - t0, 1), n=len(chosen),
+               host={"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+                     "machine": platform.machine()},
+               created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(args.out) / f"mutation-check-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    c = out["counts"]
+    print(f"{c['killed']} of {len(chosen)} killed, {c['survived']} survived, {c['error']} errors, "
+          f"{c['stale']} stale in {out['seconds']} s; receipt {path}")
+    return 0 if c["killed"] == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
