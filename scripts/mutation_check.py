@@ -43,6 +43,7 @@ class Mutation:
 V = "tests/worker/verdicts/test_verdict.py::"
 G = "tests/worker/guards/test_guards.py::"
 R = "tests/worker/redteam/test_evaluations.py::"
+E = "tests/worker/redteam/test_escape.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("regressions-never-hide", "13.4", "a regression blocks a tier even beside a speedup (MIXED or REJECT)",
@@ -111,6 +112,31 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("idle-cpu-is-the-revisions-fault", "14.3", "CPU spent while the other is timed (deferred work) is a fault",
              (("worker/gates/bench.py", "        if idle_cpu[r] > 0.2 * window[other]", "        if False and idle_cpu[r] > 0.2 * window[other]"),),
              ("tests/worker/gates/test_freeze.py::test_cpu_spent_while_the_other_is_timed_is_the_revisions_fault",)),
+    Mutation("capabilities-dropped", "14.1", "revision code runs with no capabilities (CapEff and CapBnd 0)",
+             (("worker/sandbox/bwrap.py", '"--gid", str(SANDBOX_UID), "--cap-drop", "ALL",', '"--gid", str(SANDBOX_UID),'),),
+             (E + "test_least_privilege_inside",)),
+    Mutation("seccomp-refuses-mount", "14.1", "the seccomp filter refuses mount even for root in the namespace",
+             (("worker/sandbox/seccomp.py", '    "mount", "umount2", "pivot_root",', '    "umount2", "pivot_root",'),),
+             (E + "test_seccomp_refuses_escapes_even_for_root",)),
+    Mutation("memory-max-set", "14.3", "each revision's cgroup has memory.max, which counts its tmpfs",
+             (("worker/sandbox/cgroups.py", '                    _write(self.mem_dir / "memory.max", str(memory_max))',
+               "                    None"),),
+             (E + "test_tmpfs_counts_against_the_memory_limit",)),
+    Mutation("pids-max-set", "14.3", "each revision's cgroup has pids.max: a fork bomb stops there",
+             (("worker/sandbox/cgroups.py", '                _write(self.pids_dir / "pids.max", str(pids_max))',
+               "                None"),),
+             (E + "test_fork_bomb_stops_at_pids_max_and_leaves_nothing",)),
+    Mutation("scratch-size-capped", "14.3", "the revision's scratch is a size-capped tmpfs, never host disk",
+             (("worker/sandbox/bwrap.py", '"--perms", "0755", "--size", str(spec.scratch_bytes), "--tmpfs", SCRATCH]',
+               '"--perms", "0755", "--tmpfs", SCRATCH]'),),
+             (E + "test_scratch_is_size_capped",)),
+    Mutation("environment-scrubbed", "14.2", "the revision sees an allow-listed environment, no service secrets",
+             (("worker/sandbox/process.py", "    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}",
+               "    env = dict(os.environ)"),),
+             ("tests/worker/sandbox/test_sandbox.py::test_environment_is_scrubbed",)),
+    Mutation("answer-size-capped", "14.5", "an answer's announced size is checked before any of its body is read",
+             (("worker/harness/frames.py", "        if n > self.max_bytes:", "        if False:"),),
+             ("tests/worker/harness/test_frames.py::test_an_oversized_announcement_is_refused_before_its_body",)),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),
