@@ -120,7 +120,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              (E + "test_seccomp_refuses_escapes_even_for_root",)),
     Mutation("memory-max-set", "14.3", "each revision's cgroup has memory.max, which counts its tmpfs",
              (("worker/sandbox/cgroups.py", '                    _write(self.mem_dir / "memory.max", str(memory_max))',
-               "                    None"),),
+               "                    None"),  # cgroup v2 (the GPU box); v1's memory controller below (this CPU box)
+              ("worker/sandbox/cgroups.py", '                    _write(self.mem_dir / "memory.limit_in_bytes", str(memory_max))',
+               "                    None"),
+              ("worker/sandbox/cgroups.py", "                        _write(sw, str(memory_max))", "                        None")),
              (E + "test_tmpfs_counts_against_the_memory_limit",)),
     Mutation("pids-max-set", "14.3", "each revision's cgroup has pids.max: a fork bomb stops there",
              (("worker/sandbox/cgroups.py", '                _write(self.pids_dir / "pids.max", str(pids_max))',
