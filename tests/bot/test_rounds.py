@@ -117,3 +117,28 @@ def test_production_round_counts_only_gpu_profiles(settings):
         s.flush()
         assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [2, 3]
         assert [pr.number for pr, _ in candidates(s, repo, production=False)] == [1, 2, 3]
+
+
+def test_only_a_tier_made_in_the_full_sandbox_is_a_candidate(settings):
+    """A verdict made under the sandbox development override, or one that is not a tier (mixed, uncalibrated,
+    withheld, none), never enters a round, however large its measured speedup."""
+    from bot.db.models import Evaluation, PullRequest
+    from bot.enums import EvalState, Trigger
+    from bot.rounds import candidates
+
+    rows = ((1, "L", 0.20, {}), (2, "XL", 0.90, {"sandbox_override": True}), (3, "mixed", 0.50, {}),
+            (4, "uncalibrated", 0.50, {}), (5, "withheld", 0.50, {}), (6, "none", 0.50, {}))
+    with session_scope() as s:
+        repo = Repository(id=98, full_name="o/override")
+        s.add(repo)
+        s.flush()
+        for number, verdict, speedup, result in rows:
+            pr = PullRequest(repository_id=repo.id, number=number, author_login="a", head_sha=f"{number}" * 40,
+                             head_ref=f"b{number}", base_ref="main", base_sha="0" * 40)
+            s.add(pr)
+            s.flush()
+            s.add(Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref="main",
+                             state=EvalState.DONE, trigger=Trigger.AUTO, profile="standard", verdict=verdict,
+                             best_speedup=speedup, result=result))
+        s.flush()
+        assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [1]
