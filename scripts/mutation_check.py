@@ -148,7 +148,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (V + "test_head_oom_is_judged_by_base_measured_memory_not_the_message",)),
     Mutation("base-failure-is-infra", "13.7", "a failure of the baseline is INFRA, never the PR's verdict",
              (("worker/verdicts/faults.py", '    if f.role == "base":\n', '    if False:\n'),),
-             (V + "test_head_oom_is_judged_by_base_measured_memory_not_the_message",)),
+             (V + "test_a_baseline_fault_of_any_kind_is_infra_never_the_prs",)),
     Mutation("webhook-signature-checked", "bot", "a webhook without a valid X-Hub-Signature-256 is refused",
              (("bot/web/webhook.py", '        if not verify(settings.webhook_secret, raw, headers.get("x-hub-signature-256")):',
                "        if False:"),),

@@ -101,3 +101,14 @@ def test_head_oom_is_judged_by_base_measured_memory_not_the_message():
     assert classify(RevisionFault("base", "load", "oom", "x"), "m").verdict is Verdict.INFRA
     assert classify(RevisionFault("head", "measure", "sandbox", "x"), "m").verdict is Verdict.INFRA
     assert classify(RevisionFault("head", "measure", "error", "CUDA error: illegal address"), "m").failure
+
+
+@pytest.mark.parametrize("kind", ["error", "crashed", "timeout", "load", "nonfinite", "protocol", "import"])
+def test_a_baseline_fault_of_any_kind_is_infra_never_the_prs(kind):
+    from worker.harness.client import RevisionFault
+    from worker.records import InfraKind
+    from worker.verdicts.faults import classify
+
+    f = classify(RevisionFault("base", "measure", kind, "segfault in a kernel"), "m")
+    assert f.verdict is Verdict.INFRA and f.infra_kind is InfraKind.BASELINE_CRASHED and f.failure is None, f
+    assert classify(RevisionFault("head", "measure", kind, "segfault in a kernel"), "m").verdict is not Verdict.INFRA
