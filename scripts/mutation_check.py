@@ -191,7 +191,8 @@ def restore(originals: dict[Path, str]) -> None:
 
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
     """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail)."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not a worker of a caller's run
+    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
            *tests]
     try:

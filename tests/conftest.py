@@ -5,7 +5,6 @@ Test data lives in the repository (`tests/paths.py`); nothing outside the checko
 and how to start it, when they are down.
 """
 import fcntl
-import os
 import socket
 import tempfile
 from contextlib import contextmanager
@@ -60,8 +59,10 @@ def pytest_collection_modifyitems(session, config, items):
 # A turnstile in front keeps a waiting timed test from being starved by the untimed ones going in and out.
 
 
-def _lock_dir() -> Path | None:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for all workers of a run
+def _lock_dir(config) -> Path | None:
+    # The run's id from xdist's own handshake, not the environment: a pytest started inside a test (the
+    # mutation check, tests/test_timed_alone.py) inherits PYTEST_XDIST_* and would wait on its parent's lock.
+    run = getattr(config, "workerinput", {}).get("testrunuid")  # one id for all workers of a run
     if not run:
         return None  # one process: every test runs alone already
     folder = Path(tempfile.gettempdir()) / f"tokengate-pytest-{run}"
@@ -70,8 +71,8 @@ def _lock_dir() -> Path | None:
 
 
 @contextmanager
-def _room(alone: bool):
-    folder = _lock_dir()
+def _room(config, alone: bool):
+    folder = _lock_dir(config)
     if folder is None:
         yield
         return
@@ -91,7 +92,7 @@ def _room(alone: bool):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    with _room(alone=item.get_closest_marker("timed") is not None):
+    with _room(item.config, alone=item.get_closest_marker("timed") is not None):
         yield
 
 
