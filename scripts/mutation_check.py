@@ -197,10 +197,15 @@ def restore(originals: dict[Path, str]) -> None:
         path.write_text(text)
 
 
+def _child_env(tree: Path) -> dict[str, str]:
+    """The tree's own modules first; none of a calling pytest's PYTEST_* (its child is not one of its workers)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return {**env, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
     """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not a worker of a caller's run
-    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    env = _child_env(tree)
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
            *tests]
     try:
@@ -229,8 +234,7 @@ def check_one(tree: Path, m: Mutation, timeout: float) -> dict:
 
 def imports_from(tree: Path) -> str:
     """Where the tree's python resolves `worker` (must be the tree, not an installed checkout)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-c", "import worker; print(worker.__file__)"], cwd=tree, env=env,
+    return subprocess.run([sys.executable, "-c", "import worker; print(worker.__file__)"], cwd=tree, env=_child_env(tree),
                           capture_output=True, text=True, check=True).stdout.strip()
 
 

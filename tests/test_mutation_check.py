@@ -1,6 +1,6 @@
 """scripts/mutation_check.py: its table stays true to the code (every edit applies exactly once, every test it
 names exists), and its runner tells a killed mutant from one that survives. The full run (every rule, about
-90 s) is the script's receipt, bench/receipts/mutation-check-*.json."""
+3 min) is the script's receipt, bench/receipts/mutation-check-*.json."""
 import importlib.util
 import re
 import shutil

@@ -37,15 +37,20 @@ def _overlap(a, b) -> bool:
     return a[1] < b[2] and b[1] < a[2]
 
 
+def _pytest(folder, conftest_import: str, tests: str, *args, **env):
+    """Run `tests` (one module) in `folder` under the named piece of this suite's conftest."""
+    (folder / "conftest.py").write_text(f"from tests.conftest import {conftest_import}  # noqa: F401\n")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n")
+    (folder / "test_module.py").write_text(tests)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(folder)],
+                          cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO), **env}, capture_output=True,
+                          text=True, timeout=120)
+
+
 def test_timed_tests_overlap_nothing_under_xdist(tmp_path):
     pytest.importorskip("xdist")
-    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_protocol  # noqa: F401\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n")
-    (tmp_path / "test_sleepers.py").write_text(SLEEPERS)
     log = tmp_path / "log.jsonl"
-    env = {**os.environ, "TIMED_LOG": str(log), "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", str(tmp_path)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    r = _pytest(tmp_path, "pytest_runtest_protocol", SLEEPERS, "-n", "2", TIMED_LOG=str(log))
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(runs) == 10
@@ -73,13 +78,8 @@ def test_marked(tmp_path): _start(tmp_path)
 
 
 def test_a_test_that_starts_revisions_must_be_marked_timed(tmp_path):
-    (tmp_path / "conftest.py").write_text("from tests.conftest import _revisions_are_timed  # noqa: F401\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n")
-    (tmp_path / "test_starter.py").write_text(STARTER)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(tmp_path)],
-                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                       timeout=120)
+    r = _pytest(tmp_path, "_revisions_are_timed", STARTER, "-rA")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
-    assert "PASSED test_starter.py::test_marked" in out, out
-    assert "ERROR test_starter.py::test_unmarked" in out and "not marked @pytest.mark.timed" in out, out
+    assert "PASSED test_module.py::test_marked" in out, out
+    assert "ERROR test_module.py::test_unmarked" in out and "not marked @pytest.mark.timed" in out, out

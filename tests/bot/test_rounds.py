@@ -96,25 +96,34 @@ def test_moved_base_means_reevaluation_not_merge(settings, celery_worker, github
     assert plan.winner == 3
 
 
-def test_production_round_counts_only_gpu_profiles(settings):
-    """A CPU `quick` tier (tiny model, shared core) never merges in production; elsewhere it may (demo)."""
+def _finished(s, repo_id: int, name: str, rows) -> Repository:
+    """A repository whose open PRs each have one finished evaluation of their head:
+    rows of (number, profile, verdict, best_speedup, result)."""
     from bot.db.models import Evaluation, PullRequest
     from bot.enums import EvalState, Trigger
+
+    repo = Repository(id=repo_id, full_name=name)
+    s.add(repo)
+    s.flush()
+    for number, profile, verdict, speedup, result in rows:
+        pr = PullRequest(repository_id=repo.id, number=number, author_login="a", head_sha=f"{number}" * 40,
+                         head_ref=f"b{number}", base_ref="main", base_sha="0" * 40)
+        s.add(pr)
+        s.flush()
+        s.add(Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref="main",
+                         state=EvalState.DONE, trigger=Trigger.AUTO, profile=profile, verdict=verdict,
+                         best_speedup=speedup, result=result))
+    s.flush()
+    return repo
+
+
+def test_production_round_counts_only_gpu_profiles(settings):
+    """A CPU `quick` tier (tiny model, shared core) never merges in production; elsewhere it may (demo)."""
     from bot.rounds import candidates
 
     with session_scope() as s:
-        repo = Repository(id=99, full_name="o/gpu")
-        s.add(repo)
-        s.flush()
-        for number, profile, speedup in ((1, "quick", 0.60), (2, "standard", 0.10), (3, "full", 0.05)):
-            pr = PullRequest(repository_id=repo.id, number=number, author_login="a", head_sha=f"{number}" * 40,
-                             head_ref=f"b{number}", base_ref="main", base_sha="0" * 40)
-            s.add(pr)
-            s.flush()
-            s.add(Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref="main",
-                             state=EvalState.DONE, trigger=Trigger.AUTO, profile=profile, verdict="M",
-                             best_speedup=speedup))
-        s.flush()
+        repo = _finished(s, 99, "o/gpu", [(1, "quick", "M", 0.60, None), (2, "standard", "M", 0.10, None),
+                                           (3, "full", "M", 0.05, None)])
         assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [2, 3]
         assert [pr.number for pr, _ in candidates(s, repo, production=False)] == [1, 2, 3]
 
@@ -122,23 +131,10 @@ def test_production_round_counts_only_gpu_profiles(settings):
 def test_only_a_tier_made_in_the_full_sandbox_is_a_candidate(settings):
     """A verdict made under the sandbox development override, or one that is not a tier (mixed, uncalibrated,
     withheld, none), never enters a round, however large its measured speedup."""
-    from bot.db.models import Evaluation, PullRequest
-    from bot.enums import EvalState, Trigger
     from bot.rounds import candidates
 
-    rows = ((1, "L", 0.20, {}), (2, "XL", 0.90, {"sandbox_override": True}), (3, "mixed", 0.50, {}),
-            (4, "uncalibrated", 0.50, {}), (5, "withheld", 0.50, {}), (6, "none", 0.50, {}))
+    rows = [(1, "L", 0.20, {}), (2, "XL", 0.90, {"sandbox_override": True}), (3, "mixed", 0.50, {}),
+            (4, "uncalibrated", 0.50, {}), (5, "withheld", 0.50, {}), (6, "none", 0.50, {})]
     with session_scope() as s:
-        repo = Repository(id=98, full_name="o/override")
-        s.add(repo)
-        s.flush()
-        for number, verdict, speedup, result in rows:
-            pr = PullRequest(repository_id=repo.id, number=number, author_login="a", head_sha=f"{number}" * 40,
-                             head_ref=f"b{number}", base_ref="main", base_sha="0" * 40)
-            s.add(pr)
-            s.flush()
-            s.add(Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref="main",
-                             state=EvalState.DONE, trigger=Trigger.AUTO, profile="standard", verdict=verdict,
-                             best_speedup=speedup, result=result))
-        s.flush()
+        repo = _finished(s, 98, "o/override", [(n, "standard", v, x, r) for n, v, x, r in rows])
         assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [1]

@@ -40,12 +40,18 @@ class Proc:
         return np.arange(n * VOCAB, dtype=np.float32).reshape(n, VOCAB)
 
 
+def _pair() -> dict[str, Proc]:
+    procs = {"base": Proc("base"), "head": Proc("head")}
+    procs["base"].other, procs["head"].other = procs["head"], procs["base"]
+    return procs
+
+
 @pytest.mark.parametrize("warmup", [0, 1])
 def test_the_other_revision_is_frozen_for_every_timed_request(warmup):
-    base, head = Proc("base"), Proc("head")
-    base.other, head.other = head, base
+    procs = _pair()
+    base, head = procs["base"], procs["head"]
     gates = [GateSpec("decode@8", "decode_tok_s", 8, 4), GateSpec("prefill@8", "prefill_tok_s", 8, 8)]
-    run_sweep({"base": base, "head": head}, gates, vocab=VOCAB, model_sha="m", pairs=3, warmup=warmup,
+    run_sweep(procs, gates, vocab=VOCAB, model_sha="m", pairs=3, warmup=warmup,
               timeout=5, inner=2)
     for p in (base, head):
         # (1 warmup rep + 3 pairs) x 2 inner runs, each a prefill then a generate
@@ -55,9 +61,9 @@ def test_the_other_revision_is_frozen_for_every_timed_request(warmup):
 
 
 def test_the_stand_in_sees_an_unfrozen_other_when_freezing_is_off():  # the check above can fail
-    base, head = Proc("base"), Proc("head")
-    base.other, head.other = head, base
-    run_sweep({"base": base, "head": head}, [GateSpec("prefill@8", "prefill_tok_s", 8, 8)], vocab=VOCAB,
+    procs = _pair()
+    base, head = procs["base"], procs["head"]
+    run_sweep(procs, [GateSpec("prefill@8", "prefill_tok_s", 8, 8)], vocab=VOCAB,
               model_sha="m", pairs=2, warmup=0, timeout=5, freeze=False)
     assert base.seen_other_frozen and not any(f for _, f in base.seen_other_frozen + head.seen_other_frozen)
 
@@ -66,14 +72,11 @@ def test_cpu_spent_while_the_other_is_timed_is_the_revisions_fault():
     """The second layer: a revision whose threads escaped the freeze (or whose work the cgroup still
     counts) is named, whichever side it is on."""
     for cheat in ("head", "base"):
-        procs = {"base": Proc("base"), "head": Proc("head")}
-        procs["base"].other, procs["head"].other = procs["head"], procs["base"]
+        procs = _pair()
         procs[cheat].burn = 0.05  # 50 ms of CPU in each 1 ms timing of the other
         with pytest.raises(RevisionFault, match="kept computing after answering") as e:
             run_sweep(procs, [GateSpec("decode@8", "decode_tok_s", 8, 4)], vocab=VOCAB, model_sha="m", pairs=3,
                       warmup=0, timeout=5)
         assert e.value.role == cheat
-    honest = {"base": Proc("base"), "head": Proc("head")}
-    honest["base"].other, honest["head"].other = honest["head"], honest["base"]
-    run_sweep(honest, [GateSpec("decode@8", "decode_tok_s", 8, 4)], vocab=VOCAB, model_sha="m", pairs=3,
+    run_sweep(_pair(), [GateSpec("decode@8", "decode_tok_s", 8, 4)], vocab=VOCAB, model_sha="m", pairs=3,
               warmup=0, timeout=5)
