@@ -4,7 +4,8 @@
 #   bash bench/device/pending.sh checks      # issue 14: red-team suite, NVML idle probe, per-step logits
 #   bash bench/device/pending.sh calibrate   # issue 13: a fresh worker's self-calibration (repeat until done)
 #   bash bench/device/pending.sh placebo     # issues 13/19: A/A pairs beyond calibration (repeat)
-#   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat)
+#   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat; a short session:
+#                                            # CAL_ARGS="--plants 1,2 --detect-pairs 5")
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
@@ -40,7 +41,7 @@ restore() {
   echo "restored $st"; }
 cal() { [ "$1" = calibrate ] || restore
         timeout $(( $(left) )) python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
-          "$1" --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
+          "$1" ${CAL_ARGS:-} --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
         python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
           bench/receipts/aa-history-h200-*.sqlite 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
@@ -91,6 +92,10 @@ case $step in
              # run on the very files bench/runtime/prefill.py times, in this call: same-call pp512/pp4096 ratios
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
     LB=/var/tmp/llama-build; shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
+    # the files (.cache/bench) are made while llama-bench builds (CPU-bound, nothing is timed yet)
+    python3 bench/runtime/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
+      --out /var/tmp/synth-only > "$OUT/synth.log" 2>&1 &
+    synth=$!
     if [ ! -x $LB/bin/llama-bench ]; then
       cmake -S .llama -B $LB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -99,11 +104,10 @@ case $step in
       echo "llama-bench build rc=$? in $(( $(date +%s) - T0 )) s of the call"
     fi
     [ -x $LB/bin/llama-bench ] || { tail -5 "$OUT/llama-build.log"; continue; }
-    python3 bench/runtime/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
-      --out /var/tmp/synth-only > /dev/null 2>&1  # makes the files (.cache/bench) if this box has none yet
+    wait $synth; echo "files made in $(( $(date +%s) - T0 )) s of the call"
     runs=""
     for sh in ${shapes//,/ }; do
-      f=.cache/bench/synth-$sh-q4_k_m-seed0.gguf; [ -f "$f" ] || { echo "no $f"; continue; }
+      f=.cache/bench/qwen35-$sh-q4_k_m-seed0.gguf; [ -f "$f" ] || { echo "no $f"; continue; }
       timeout 120 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6 -o json > "$OUT/llama-$sh.json" \
         2> "$OUT/llama-$sh-stderr.log"; runs="$runs $sh=$f:$OUT/llama-$sh.json"
     done

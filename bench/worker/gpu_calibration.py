@@ -290,10 +290,11 @@ def step_detect(st: State, args) -> bool:
         return False
     from worker.pipeline import Evaluation, Job
 
+    setup(st, st.data["profile"])  # a state restored on a fresh box has no clone yet
     s = settings(st, args)
     t0 = time.monotonic()
     det = st.data.setdefault("detect", {})
-    for share in PLANTS:
+    for share in args.plants:
         b = f"plant-{round(share * 100)}"
         rec = det.setdefault(b, {"deltas": {}, "pairs": 0, "seconds": 0.0})
         if rec["pairs"] >= args.detect_pairs:
@@ -321,7 +322,7 @@ def step_detect(st: State, args) -> bool:
         print(f"detect {b}: {n} pairs ({rec['pairs']} recorded) {stopped or ''}")
         if stopped:
             return False
-    return all(det.get(f"plant-{round(x * 100)}", {}).get("pairs", 0) >= args.detect_pairs for x in PLANTS)
+    return all(det.get(f"plant-{round(x * 100)}", {}).get("pairs", 0) >= args.detect_pairs for x in args.plants)
 
 
 def resampled_detection(deltas: list[float], null, draws: int = 4000, seed: int = 0) -> float | None:
@@ -388,6 +389,13 @@ def report(st: State, args) -> Path:
     return path
 
 
+def _percents(text: str) -> tuple[float, ...]:
+    shares = tuple(float(x) / 100 for x in text.split(","))
+    if not shares or any(not 0 < x < 1 for x in shares):
+        raise argparse.ArgumentTypeError(f"plants are percents in (0, 100): {text!r}")
+    return shares
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--state", required=True, help="directory holding the history (resumable)")
@@ -396,6 +404,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=520.0, help="seconds per piece (<= 9 min)")
     ap.add_argument("--placebo-pairs", type=int, default=50)
     ap.add_argument("--detect-pairs", type=int, default=12)
+    ap.add_argument("--plants", type=_percents, default=PLANTS,
+                    help="planted slowdowns in percent, in the order run (default 1,2,5): a short session runs the "
+                         "smallest first")
     ap.add_argument("--pool", nargs="*", default=[],
                     help="history files of earlier runs (other cards) to pool into the placebo figures")
     ap.add_argument("--out", default=str(ROOT / "bench" / "receipts"))
