@@ -97,6 +97,10 @@ class State:
         self.path.write_text(json.dumps(self.data, indent=1))
 
 
+def plant_branch(share: float) -> str:
+    return f"plant-{round(share * 100)}"
+
+
 def setup(st: State, profile: str) -> Path:
     """A clone of this checkout with plant branches (fixed dates: the same SHAs in every piece)."""
     repo = st.dir / "repo"
@@ -107,7 +111,7 @@ def setup(st: State, profile: str) -> Path:
         git(repo, "fetch", "-q", str(ROOT), f"+{SNAPSHOT_REF}:refs/heads/snapshot")
         git(repo, "checkout", "-q", "-B", "main", main)
         for share in PLANTS:
-            b = f"plant-{round(share * 100)}"
+            b = plant_branch(share)
             git(repo, "checkout", "-q", "-B", b, main)
             init = repo / "runtime" / "__init__.py"
             init.write_text(init.read_text() + PLANT_PATCH.format(share=share))
@@ -290,16 +294,16 @@ def step_detect(st: State, args) -> bool:
         return False
     from worker.pipeline import Evaluation, Job
 
-    setup(st, st.data["profile"])  # a state restored on a fresh box has no clone yet
+    repo = setup(st, st.data["profile"])  # a state restored on a fresh box has no clone yet
     s = settings(st, args)
     t0 = time.monotonic()
     det = st.data.setdefault("detect", {})
     for share in args.plants:
-        b = f"plant-{round(share * 100)}"
+        b = plant_branch(share)
         rec = det.setdefault(b, {"deltas": {}, "pairs": 0, "seconds": 0.0})
         if rec["pairs"] >= args.detect_pairs:
             continue
-        job = Job(repo=str(st.dir / "repo"), base_ref=st.data["main"], head_ref=b, base_sha=st.data["main"],
+        job = Job(repo=str(repo), base_ref=st.data["main"], head_ref=b, base_sha=st.data["main"],
                   profile=s.profile)
         ev = Evaluation(job, s, store=st.store, trusted_root=ROOT, workdir=st.dir / "work")
         left = None if args.budget is None else args.budget - (time.monotonic() - t0)
@@ -322,7 +326,7 @@ def step_detect(st: State, args) -> bool:
         print(f"detect {b}: {n} pairs ({rec['pairs']} recorded) {stopped or ''}")
         if stopped:
             return False
-    return all(det.get(f"plant-{round(x * 100)}", {}).get("pairs", 0) >= args.detect_pairs for x in args.plants)
+    return all(det.get(plant_branch(x), {}).get("pairs", 0) >= args.detect_pairs for x in args.plants)
 
 
 def resampled_detection(deltas: list[float], null, draws: int = 4000, seed: int = 0) -> float | None:
@@ -391,7 +395,7 @@ def report(st: State, args) -> Path:
 
 def _percents(text: str) -> tuple[float, ...]:
     shares = tuple(float(x) / 100 for x in text.split(","))
-    if not shares or any(not 0 < x < 1 for x in shares):
+    if any(not 0 < x < 1 for x in shares):
         raise argparse.ArgumentTypeError(f"plants are percents in (0, 100): {text!r}")
     return shares
 
