@@ -85,6 +85,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cache-key-includes-base", "13.7", "the result cache key includes base's SHA",
              (("worker/queue/tasks.py", ',\n             job.get("base_sha") or job.get("base_ref")]', "]"),),
              ("tests/worker/verdicts/test_trust.py::test_result_cache_key_includes_base_and_head",)),
+    Mutation("runtime-change-checks-the-floor", "13.1", "after main's runtime changed, its floor waits for fresh A/A "
+             "pairs of it and is rebuilt when their noise differs, quieter included",
+             (("worker/calibration/runtime_change.py", "    if p < alpha:", "    if False:"),),
+             ("tests/worker/calibration/test_runtime_change.py::test_a_quieter_runtime_rebuilds_the_floor",
+              "tests/worker/calibration/test_runtime_change.py::test_a_noisier_runtime_rebuilds_the_floor")),
+    Mutation("runtime-change-quieter-counts", "13.3", "a quieter runtime is a change too (its floor regains sensitivity)",
+             (("worker/calibration/runtime_change.py", "[abs(x) for x in before], alternative=\"two-sided\")",
+               "[abs(x) for x in before], alternative=\"greater\")"),),
+             ("tests/worker/calibration/test_runtime_change.py::test_a_quieter_runtime_rebuilds_the_floor",)),
+    Mutation("runtime-change-pairs-recorded-first", "13.1", "a worker records the changed runtime's A/A pairs "
+             "before it evaluates",
+             (("worker/calibration/auto.py", "    return all(len(lines[k].rows) >= n and not lines[k].wanted",
+               "    return all(len(lines[k].rows) >= n"),),
+             ("tests/worker/calibration/test_runtime_change.py::"
+              "test_the_worker_records_the_new_runtimes_pairs_before_evaluating",)),
     Mutation("drift-rebuilds-the-floor", "13.2", "A/A noise that changed retires the old floor and says so",
              (("worker/calibration/history.py", "            if p < s.drift_alpha:", "            if False:"),),
              ("tests/worker/calibration/test_history.py::test_drift_rebuilds_the_floor_and_says_so",)),

@@ -129,7 +129,8 @@ def fill(store, host: str, hist: dict, recent: dict, t0: float):
     rows += [(host, "standard", "p", "m", g, float(d), None, t0 + 1000 + i) for g in GATES
              for i, d in enumerate(recent[g])]
     with closing(sqlite3.connect(store.path)) as db, db:  # one transaction (store.add_pair_delta_at commits each)
-        db.executemany("INSERT INTO pair_delta VALUES (?,?,?,?,?,?,?,?)", rows)
+        db.executemany("INSERT INTO pair_delta (host, profile, protocol, model, gate, delta, sha, created) "
+                       "VALUES (?,?,?,?,?,?,?,?)", rows)
 
 
 DESIGNS = {  # name -> (settings overrides, use the worker's store)

@@ -70,6 +70,17 @@ def resolve(git_dir: Path, ref: str) -> str:
     raise CheckoutError(f"ref {ref!r} not found in the repository")
 
 
+def subtree_id(git_dir: Path, sha: str, path: str) -> str | None:
+    """The git tree id of `path` at commit `sha` (what changes exactly when a file under it does);
+    None where the commit has no such folder."""
+    try:
+        tree = _git("--git-dir", str(git_dir), "rev-parse", "--verify", "--quiet", f"{sha}:{path}")
+        kind = _git("--git-dir", str(git_dir), "cat-file", "-t", tree)
+    except CheckoutError:
+        return None
+    return tree if _SHA.match(tree) and kind == "tree" else None
+
+
 @dataclass
 class Revision:
     role: str

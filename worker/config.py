@@ -291,6 +291,10 @@ class EvalSettings(BaseModel):
     # One fresh base-vs-base process pair per evaluation, recorded as A/A history (keeps the null true).
     sentinel_aa_pair: Literal["gpu", "always", "never"] = "gpu"
     auto_calibrate: bool = True  # a GPU worker records A/A pairs of main until every gate is calibrated
+    # After main's runtime package (this folder of the revisions) changed, each gate's floor is checked
+    # against `drift_window` fresh A/A pairs of it before it is used (worker/calibration/runtime_change.py).
+    runtime_check: bool = True
+    runtime_path: str = "runtime"
     calibration_pairs_target: int = Field(0, ge=0)  # 0 = the fewest that meet the rate; more = finer floors
     confirm_head_faults: bool = True  # one confirming retry before a head fault becomes a failure verdict
     # Accuracy guards, paired against base on the same prompts: head KL <= kl_ratio_max * base KL +

@@ -32,7 +32,7 @@ from worker.gates.bench import GateSpec, gate_specs, run_sweep
 from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
                                  merge_output_checks, verify_outputs)
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
-from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree
+from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree, subtree_id
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.verdicts.faults import EvalFault, classify, infra
 from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
@@ -153,6 +153,7 @@ class Evaluation:
         self._ctor = dict(trusted_root=trusted_root, store=self.store, progress=progress, record_aa=record_aa,
                           secrets=secrets, keep_workdir=keep_workdir)
         self.revs: dict[str, Revision] = {}  # checked-out base and head (fresh process pairs start from them)
+        self.base_runtime: str | None = None  # the base's runtime tree id (worker/calibration/runtime_change.py)
 
     def progress(self, event: str, **info) -> None:
         """Report progress; also where the whole-evaluation time limit is enforced."""
@@ -201,6 +202,7 @@ class Evaluation:
             git_dir, base, head = checkout_pair(self.job.repo, self.job.base_ref, self.job.head_ref, self.workdir,
                                                 self.job.base_sha, self.job.head_sha)
             revs = self.revs = {"base": base, "head": head}
+            self.base_runtime = subtree_id(git_dir, base.sha, self.settings.runtime_path)
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
             self.progress("models")
             resolved = [model_files.resolve(spec, self.trusted_root, self.profile.device) for spec in self.profile.models]
@@ -547,7 +549,8 @@ class Evaluation:
         ratio (worker/calibration/history.py)."""
         return history.current_nulls(self.store, self.host, self.job.profile, self.protocol_key(model), model,
                                      {g: self.profile.max_pairs_for(g) for g in gates}, self.settings,
-                                     per_gate_rate=self.settings.false_significance_rate / self.gate_count())
+                                     per_gate_rate=self.settings.false_significance_rate / self.gate_count(),
+                                     runtime=self.base_runtime)
 
     def _null(self, model: str, gate: str) -> GateNull:
         return self._nulls(model, [gate])[gate]
@@ -664,7 +667,8 @@ class Evaluation:
         """
         protocol = self.protocol_key(spec.name)
         for gate, deltas in out.pair_deltas.items():
-            self.store.add_pair_delta(self.host, self.job.profile, protocol, spec.name, gate, deltas[0], sha=sha)
+            self.store.add_pair_delta(self.host, self.job.profile, protocol, spec.name, gate, deltas[0], sha=sha,
+                                      runtime=self.base_runtime)
 
     def _record_guard_aa(self, gkey: str, scores) -> None:
         """A/A seed scores of both roles (the guards' calibration, keyed by model sha256 + reference)."""

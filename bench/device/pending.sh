@@ -2,6 +2,7 @@
 # The GPU receipts still owed, one device call per step (each ends inside the 600 s call limit).
 # Run from the repository root on the GPU box, with carry [".whl", ".device"] (bench/device/make_kit.sh):
 #   bash bench/device/pending.sh checks      # issue 14: red-team suite, NVML idle probe, per-step logits
+#   bash bench/device/pending.sh redteam     # issue 14: the red-team suite alone
 #   bash bench/device/pending.sh calibrate   # issue 13: a fresh worker's self-calibration (repeat until done)
 #   bash bench/device/pending.sh placebo     # issues 13/19: A/A pairs beyond calibration (repeat)
 #   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat; a short session:
@@ -61,12 +62,13 @@ start_pg() {
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
 case $step in
-  checks)  # Redis and PostgreSQL up, so the red team's attacks on both run on the GPU box too
+  checks|redteam)  # Redis and PostgreSQL up, so the red team's attacks on both run on the GPU box too
     redis-cli ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" >/dev/null
     start_pg
     # one process (-o addopts: the box has no pytest-xdist, and every red-team test is `timed` anyway)
     timeout 200 python3 -m pytest -q -rs -o addopts="" -p no:xdist tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
     echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
+    [ "$step" = redteam ] && continue  # `redteam`: the suite only (the probes below were measured in session 9)
     timeout 60 python3 bench/worker/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
     timeout 150 python3 bench/runtime/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
     tail -12 "$OUT/step-logits-0.8b.json" ;;

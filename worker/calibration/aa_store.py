@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS gate_delta (
 CREATE INDEX IF NOT EXISTS gate_delta_key ON gate_delta(host, profile, model, gate);
 CREATE TABLE IF NOT EXISTS pair_delta (
     host TEXT NOT NULL, profile TEXT NOT NULL, protocol TEXT NOT NULL, model TEXT NOT NULL,
-    gate TEXT NOT NULL, delta REAL NOT NULL, sha TEXT, created REAL NOT NULL);
+    gate TEXT NOT NULL, delta REAL NOT NULL, sha TEXT, created REAL NOT NULL, runtime TEXT);
 CREATE INDEX IF NOT EXISTS pair_delta_key ON pair_delta(host, profile, protocol, model, gate);
 CREATE TABLE IF NOT EXISTS guard_score (
     host TEXT NOT NULL, profile TEXT NOT NULL, model TEXT NOT NULL, seed INTEGER NOT NULL,
@@ -53,16 +53,18 @@ class AAStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:
             db.executescript(_SCHEMA)
+            # files made before main's runtime was recorded: their rows' runtime is NULL (unknown)
+            if "runtime" not in {r[1] for r in db.execute("PRAGMA table_info(pair_delta)")}:
+                db.execute("ALTER TABLE pair_delta ADD COLUMN runtime TEXT")
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
 
     def add_pair_delta(self, host: str, profile: str, protocol: str, model: str, gate: str, delta: float,
-                       sha: str | None = None):
-        """One A/A process pair's log ratio (head/base) for one gate."""
-        with closing(self._connect()) as db, db:
-            db.execute("INSERT INTO pair_delta VALUES (?,?,?,?,?,?,?,?)",
-                       (host, profile, protocol, model, gate, float(delta), sha, time.time()))
+                       sha: str | None = None, runtime: str | None = None):
+        """One A/A process pair's log ratio (head/base) for one gate; `runtime`: the git tree id of the
+        measured revision's runtime package (worker/calibration/runtime_change.py)."""
+        self.add_pair_delta_at(host, profile, protocol, model, gate, delta, time.time(), sha, runtime)
 
     def pair_deltas(self, host: str, profile: str, protocol: str, model: str, gate: str,
                     limit: int = 400) -> list[float]:
@@ -73,21 +75,27 @@ class AAStore:
         return [r[0] for r in rows]
 
     def add_pair_delta_at(self, host: str, profile: str, protocol: str, model: str, gate: str, delta: float,
-                          created: float, sha: str | None = None):
+                          created: float, sha: str | None = None, runtime: str | None = None):
         """Same, with an explicit timestamp (tests of expiry and drift)."""
         with closing(self._connect()) as db, db:
-            db.execute("INSERT INTO pair_delta VALUES (?,?,?,?,?,?,?,?)",
-                       (host, profile, protocol, model, gate, float(delta), sha, float(created)))
+            db.execute("INSERT INTO pair_delta (host, profile, protocol, model, gate, delta, sha, created, runtime) "
+                       "VALUES (?,?,?,?,?,?,?,?,?)",
+                       (host, profile, protocol, model, gate, float(delta), sha, float(created), runtime))
 
     def pair_rows(self, host: str, profile: str, protocol: str, model: str, gate: str, since: float = 0.0,
                   limit: int = 400) -> list[tuple[float, float]]:
         """(delta, created) newest first, created >= since and after the gate's last epoch start."""
+        return [(d, c) for d, c, _ in self.runtime_rows(host, profile, protocol, model, gate, since, limit)]
+
+    def runtime_rows(self, host: str, profile: str, protocol: str, model: str, gate: str, since: float = 0.0,
+                     limit: int = 400) -> list[tuple[float, float, str | None]]:
+        """pair_rows with each row's runtime tree id (None: recorded before it was kept)."""
         since = max(since, self.epoch_start(host, profile, protocol, model, gate))
         with closing(self._connect()) as db:
-            rows = db.execute("SELECT delta, created FROM pair_delta WHERE host=? AND profile=? AND protocol=? "
-                              "AND model=? AND gate=? AND created>=? ORDER BY created DESC LIMIT ?",
+            rows = db.execute("SELECT delta, created, runtime FROM pair_delta WHERE host=? AND profile=? AND "
+                              "protocol=? AND model=? AND gate=? AND created>=? ORDER BY created DESC LIMIT ?",
                               (host, profile, protocol, model, gate, since, limit)).fetchall()
-        return [(float(d), float(c)) for d, c in rows]
+        return [(float(d), float(c), r) for d, c, r in rows]
 
     def gates(self, host: str, profile: str, protocol: str, model: str) -> list[str]:
         """Gates with A/A pair deltas of this model."""

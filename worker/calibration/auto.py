@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 from worker import models as model_files
 from worker.calibration.aa_store import AAStore
-from worker.checkout import checkout_pair, remove_worktree
+from worker.calibration.history import gate_lineage
+from worker.calibration import runtime_change
+from worker.checkout import CheckoutError, checkout_pair, mirror, remove_worktree, resolve, subtree_id
 from worker.config import EvalSettings
 from worker.gates.bench import gate_specs
 from worker.gates.noise import history_needed
@@ -36,6 +38,8 @@ class CalibrationRun:
     per_pair_phases: list[dict] = field(default_factory=list)  # model, load (slower side), guards, sweep: seconds
     done: bool = False
     stopped: str | None = None  # why it stopped before the target (time budget)
+    # "model gate" → A/A pairs of a changed runtime wanted before its floor check (runtime_change.py)
+    runtime_check: dict[str, int] = field(default_factory=dict)
 
 
 def targets(ev, s: EvalSettings) -> dict[tuple[str, str], int]:
@@ -44,16 +48,33 @@ def targets(ev, s: EvalSettings) -> dict[tuple[str, str], int]:
             for m in ev.profile.models for g in m.gate_names()}
 
 
-def counts(ev) -> dict[tuple[str, str], int]:
-    now = time.time()
-    return {(m.name, g): len(ev.store.pair_rows(ev.host, ev.job.profile, ev.protocol_key(m.name), m.name, g,
-                                                since=now - ev.settings.aa_max_age_days * 86400))
+def lineages(ev, runtime: str | None) -> dict[tuple[str, str], runtime_change.Lineage]:
+    """Per gate, the A/A rows a floor for a base of `runtime` may use (worker/calibration/history.py)."""
+    since = time.time() - ev.settings.aa_max_age_days * 86400
+    return {(m.name, g): gate_lineage(ev.store, ev.host, ev.job.profile, ev.protocol_key(m.name), m.name, g,
+                                      ev.settings, since, runtime)
             for m in ev.profile.models for g in m.gate_names()}
 
 
-def calibrated(ev) -> bool:
-    want, have = targets(ev, ev.settings), counts(ev)
-    return all(have[k] >= n for k, n in want.items())
+def counts(ev, runtime: str | None = None) -> dict[tuple[str, str], int]:
+    return {k: len(ln.rows) for k, ln in lineages(ev, runtime).items()}
+
+
+def base_runtime(ev) -> str | None:
+    """The runtime tree id of the job's base, read from the mirror before any checkout (None: unknown,
+    e.g. the repository cannot be fetched: the evaluation then says why)."""
+    try:
+        git_dir = mirror(ev.job.repo)
+        return subtree_id(git_dir, ev.job.base_sha or resolve(git_dir, ev.job.base_ref), ev.settings.runtime_path)
+    except (CheckoutError, OSError):
+        return None
+
+
+def calibrated(ev, runtime: str | None = None) -> bool:
+    """Every gate has its target of A/A pairs of the base's lineage, and none waits for pairs of a
+    changed runtime."""
+    want, lines = targets(ev, ev.settings), lineages(ev, runtime)
+    return all(len(lines[k].rows) >= n and not lines[k].wanted for k, n in want.items())
 
 
 def idle_summary(receipt: dict | None) -> dict | None:
@@ -81,6 +102,7 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
     git_dir, base, head = checkout_pair(job.repo, job.base_ref, head_ref or job.base_ref, ev.workdir, job.base_sha,
                                         head_sha or (job.base_sha if head_ref is None else None))
     ev.revs = {"base": base, "head": head}
+    ev.base_runtime = subtree_id(git_dir, base.sha, ev.settings.runtime_path)
     ref_version = reference_version(ev.trusted_root)
     n, per, stopped = 0, [], None
     try:
@@ -142,9 +164,11 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
               profile=settings.profile, device=device, models=models)
     ev = Evaluation(job, settings, store=store, workdir=workdir, trusted_root=trusted_root, progress=progress)
     want = targets(ev, settings)
-    have = counts(ev)
+    runtime = base_runtime(ev)  # run_pairs checks out this very commit (ev.base_runtime: the same tree)
+    lines = lineages(ev, runtime)
     run = CalibrationRun(ev.host, {f"{m} {g}": n for (m, g), n in want.items()},
-                         {f"{m} {g}": n for (m, g), n in have.items()})
+                         {f"{m} {g}": len(ln.rows) for (m, g), ln in lines.items()},
+                         runtime_check={f"{m} {g}": ln.wanted for (m, g), ln in lines.items() if ln.wanted})
     t0 = time.monotonic()
     guard_wanted = math.ceil(settings.min_aa_samples / len(ev.profile.seeds))
     guards = {}
@@ -154,9 +178,13 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
             guards[gkey] = len(ev.store.guard_aa(gkey, job.profile)) // len(ev.profile.seeds)
         return guards[gkey]
 
+    def short(spec, gates):  # a gate of this model below its target, or owed pairs of a changed runtime
+        now = lineages(ev, ev.base_runtime)
+        return any(len(now[(spec.name, g.name)].rows) < want[(spec.name, g.name)] or now[(spec.name, g.name)].wanted
+                   for g in gates)
+
     def want_more(spec, gates, gkey):
-        return (any(have[(spec.name, g.name)] < want[(spec.name, g.name)] for g in gates)
-                or guards_have(gkey) < guard_wanted)
+        return short(spec, gates) or guards_have(gkey) < guard_wanted
 
     def on_guard(spec, gkey, scores):
         if scores is None:
@@ -168,14 +196,12 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
     def on_pair(spec, deltas):  # every gate of this pair: each is an independent draw of its null
         for g, d in deltas.items():
             ev.store.add_pair_delta(ev.host, job.profile, ev.protocol_key(spec.name), spec.name, g, d,
-                                    sha=ev.revs["base"].sha)
-            have[(spec.name, g)] += 1
+                                    sha=ev.revs["base"].sha, runtime=ev.base_runtime)
 
     n, per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=budget_s, t0=t0,
                                 on_guard=on_guard, phases=run.per_pair_phases)
     run.pairs_recorded, run.per_pair_seconds, run.stopped = n, per, stopped
     run.seconds = round(time.monotonic() - t0, 3)
-    after = counts(ev)
-    run.after = {f"{m} {g}": k for (m, g), k in after.items()}
-    run.done = all(after[k] >= v for k, v in want.items())
+    run.after = {f"{m} {g}": k for (m, g), k in counts(ev, ev.base_runtime).items()}
+    run.done = calibrated(ev, ev.base_runtime)
     return run

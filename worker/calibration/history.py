@@ -5,7 +5,8 @@ So: rows older than `aa_max_age_days` are not used; the newest `drift_window` pa
 keeps adding them: one base-vs-base pair per evaluation, worker/calibration/sentinel.py) are
 tested against the older ones for a change of spread or location (Mann-Whitney on |delta| and on
 delta, Bonferroni over the two), and the spread tests of all the model's gates together (Fisher). On drift the older rows are retired (an epoch row, kept for the
-record), the gate is uncalibrated until the history is rebuilt, and the verdict says why.
+record), the gate is uncalibrated until the history is rebuilt, and the verdict says why. After main's
+runtime changed, the rows a floor may use are that runtime's lineage (worker/calibration/runtime_change.py).
 
 A test at level 0.01 misses a 1.5x noisier host about one time in three, and a missed one breaks the
 bound several-fold. So a calibrated null is also widened by the host's measured noise ratio
@@ -18,6 +19,7 @@ import time
 
 from scipy import stats
 
+from worker.calibration import runtime_change
 from worker.calibration.aa_store import AAStore
 from worker.config import EvalSettings
 from worker.calibration.scale import NoiseRatio, noise_ratio
@@ -31,11 +33,13 @@ def drift_p(recent: list[float], older: list[float]) -> float:
     return float(min(1.0, 2 * min(spread, where)))
 
 
-def model_deltas(store: AAStore, key: str, profile: str, protocol: str, model: str, since: float
-                 ) -> dict[str, list[float]]:
-    """Every gate's usable A/A deltas of this model, newest first."""
-    return {g: [x for x, _ in store.pair_rows(key, profile, protocol, model, g, since=since)]
-            for g in store.gates(key, profile, protocol, model)}
+def gate_lineage(store: AAStore, key: str, profile: str, protocol: str, model: str, gate: str, s: EvalSettings,
+                 since: float, runtime: str | None) -> runtime_change.Lineage:
+    """A gate's unexpired A/A rows that a floor for `runtime` may use (worker/calibration/runtime_change.py)."""
+    rows = store.runtime_rows(key, profile, protocol, model, gate, since=since)
+    if not s.runtime_check:
+        return runtime_change.Lineage([(d, c) for d, c, _ in rows])
+    return runtime_change.lineage(rows, runtime, s.drift_window, s.drift_alpha)
 
 
 def host_noise_ratio(by_gate: dict[str, list[float]], w: int, confidence: float) -> NoiseRatio | None:
@@ -55,22 +59,30 @@ def pooled_drift_p(by_gate: dict[str, list[float]], w: int) -> float | None:
 
 
 def current_nulls(store: AAStore, key: str, profile: str, protocol: str, model: str, max_pairs: dict[str, int],
-                  s: EvalSettings, *, per_gate_rate: float, now: float | None = None) -> dict[str, GateNull]:
+                  s: EvalSettings, *, per_gate_rate: float, now: float | None = None,
+                  runtime: str | None = None) -> dict[str, GateNull]:
     """The nulls of a model's gates (`max_pairs`: gate -> most pairs). The host-level tests (pooled drift,
     noise ratio) read one snapshot taken before any gate is retired: retiring the first flagged gate
-    must not weaken the test for the next one."""
+    must not weaken the test for the next one. `runtime`: the base's runtime tree id, for the check
+    after main's runtime changed (worker/calibration/runtime_change.py)."""
     now = time.time() if now is None else now
     since = now - s.aa_max_age_days * 86400
     w = s.drift_window
-    by_gate = model_deltas(store, key, profile, protocol, model, since)
+    lines = {g: gate_lineage(store, key, profile, protocol, model, g, s, since, runtime)
+             for g in sorted({*store.gates(key, profile, protocol, model), *max_pairs})}
+    by_gate = {g: [d for d, _ in ln.rows] for g, ln in lines.items() if ln.rows}
     pooled = pooled_drift_p(by_gate, w)
     ratio = host_noise_ratio(by_gate, w, s.noise_scale_confidence) if s.noise_scale_check else None
     out = {}
     for gate, most in max_pairs.items():
-        rows = store.pair_rows(key, profile, protocol, model, gate, since=since)
+        line = lines[gate]
+        rows = line.rows
         deltas = [d for d, _ in rows]
         kw = dict(per_gate_rate=per_gate_rate, minimum=s.noise_floor_min, max_pairs=most,
                   uncalibrated_floor=s.noise_floor_uncalibrated, rank=s.noise_floor_rank)
+        if line.wanted:
+            out[gate] = gate_null(deltas, **kw, state="drift", reason=line.note)
+            continue
         if len(rows) >= 3 * w:
             p = drift_p(deltas[:w], deltas[w:])
             p = min(p, pooled) if pooled is not None else p
@@ -84,6 +96,8 @@ def current_nulls(store: AAStore, key: str, profile: str, protocol: str, model: 
         if not null.calibrated and store.epoch_start(key, profile, protocol, model, gate) > 0:
             null = gate_null(deltas, **kw, state="drift",
                              reason=f"history rebuilt after A/A noise changed: {null.reason}")
+        elif not null.calibrated and line.note:
+            null = gate_null(deltas, **kw, state="drift", reason=f"{line.note}; {null.reason}")
         if null.calibrated and ratio is not None:
             null = widen(null, ratio)
         out[gate] = null
@@ -91,7 +105,8 @@ def current_nulls(store: AAStore, key: str, profile: str, protocol: str, model: 
 
 
 def current_null(store: AAStore, key: str, profile: str, protocol: str, model: str, gate: str,
-                 s: EvalSettings, *, per_gate_rate: float, max_pairs: int, now: float | None = None) -> GateNull:
+                 s: EvalSettings, *, per_gate_rate: float, max_pairs: int, now: float | None = None,
+                 runtime: str | None = None) -> GateNull:
     """One gate's null (`current_nulls` for a single gate)."""
     return current_nulls(store, key, profile, protocol, model, {gate: max_pairs}, s, per_gate_rate=per_gate_rate,
-                         now=now)[gate]
+                         now=now, runtime=runtime)[gate]

@@ -30,5 +30,6 @@ def maybe_record(ev, spec, gates, resolved, vocab: int, reference, out) -> None:
     deltas = {}
     for g in gates:
         deltas[g.name] = pair_delta(sw.values("base", g.name), sw.values("head", g.name))
-        ev.store.add_pair_delta(ev.host, ev.job.profile, protocol, spec.name, g.name, deltas[g.name], sha=base.sha)
+        ev.store.add_pair_delta(ev.host, ev.job.profile, protocol, spec.name, g.name, deltas[g.name], sha=base.sha,
+                                runtime=ev.base_runtime)
     out.receipt["sentinel_aa_pair"] = {"recorded": True, "deltas": deltas}

@@ -131,14 +131,14 @@ def run_job(job: dict) -> dict:
 
 
 def _self_calibrate(ev, job) -> None:
-    """A GPU worker with no usable A/A history for this GPU/driver/torch/triton/protocol records A/A
-    pairs of the job's base first (worker/calibration/auto.py); a failure leaves the gates uncalibrated,
-    which the verdict then says."""
+    """A GPU worker with no usable A/A history for this GPU/driver/torch/triton/protocol, or whose history
+    is of another runtime than the job's base, records A/A pairs of the base first
+    (worker/calibration/auto.py); a failure leaves the gates uncalibrated, which the verdict then says."""
     if not (ev.settings.auto_calibrate and ev.profile.device.startswith("cuda")):
         return
     from worker.calibration import auto
 
-    if auto.calibrated(ev):
+    if auto.calibrated(ev, auto.base_runtime(ev)):
         return
     try:
         run = auto.calibrate_pairs(job.repo, job.base_ref, ev.settings, store=ev.store, trusted_root=ev.trusted_root,
