@@ -24,3 +24,12 @@ def test_detect_on_a_restored_state_makes_its_clone_first(tmp_path):
 def test_plants_are_percents_between_0_and_100(text):
     with pytest.raises((ValueError, SystemExit)):
         gc.main(["--state", "/nonexistent/never-made", "--plants", text, "detect"])
+
+
+def test_detection_can_be_kept_to_some_models():
+    rec = {"deltas": {"small decode@128": [0.0] * 3, "big decode@128": [0.0]}}
+    assert gc.detect_wants(rec, "small", ["decode@128"], 5, [])  # every model, 3 of 5
+    assert not gc.detect_wants(rec, "big", ["decode@128"], 5, ["small"])  # not chosen
+    assert gc.detect_wants(rec, "small", ["decode@128"], 5, ["small"])
+    assert not gc.detect_wants(rec, "small", ["decode@128"], 3, ["small"])  # has its 3
+    assert not gc.detect_wants(rec, "small", [], 5, [])  # no gates
