@@ -9,6 +9,7 @@
 #                                            # CAL_ARGS="--plants 1,2 --detect-pairs 5")
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
+#   bash bench/device/pending.sh dprofile    # issue 17: one decode token's kernels in order (4B, 9B)
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
 #   bash bench/device/pending.sh prefillcpu  # issue 13: 0.8B prefill noise, revisions on every core vs one
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
@@ -78,6 +79,9 @@ case $step in
     # --state: a second call while the box is warm runs only the cases without a verdict (one receipt)
     timeout $(( $(left) )) python3 -m bench.worker.gpu_e2e --out "$OUT" --state /var/tmp/e2e --budget-s $(( $(left) - 60 )) \
       2>&1 | tail -20 ;;
+  dprofile)  # issue 17: where a decode token's time goes (4B at 0.185 of copy bandwidth, 9B short of 418 tok/s)
+    timeout $(( $(left) )) python3 bench/profiling/decode_profile.py ${DPROFILE_ARGS:---shape 4b --shape 9b} --out "$OUT" \
+      2>&1 | grep -v USDT | tail -22 ;;
   profile)
     for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
       timeout $(( $(left) )) python3 bench/profiling/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10
