@@ -10,6 +10,7 @@
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
 #   bash bench/device/pending.sh dprofile    # issue 17: one decode token's kernels in order (4B, 9B)
+#   bash bench/device/pending.sh tiles       # issue 17: 4B GEMV tiles on int8 x at BB=2, then decode end to end
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
 #   bash bench/device/pending.sh prefillcpu  # issue 13: 0.8B prefill noise, revisions on every core vs one
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
@@ -82,6 +83,19 @@ case $step in
   dprofile)  # issue 17: where a decode token's time goes (4B at 0.185 of copy bandwidth, 9B short of 418 tok/s)
     timeout $(( $(left) )) python3 bench/profiling/decode_profile.py ${DPROFILE_ARGS:---shape 4b --shape 9b} --out "$OUT" \
       2>&1 | grep -v USDT | tail -22 ;;
+  tiles)  # issue 17: 4B decode GEMVs on int8 x at BB=2 (K=2560 is 10 blocks: only BB=4/8 x8 tiles were swept,
+          # gemv-sweep-4b-x8-20261201T1148Z.json) and its Q6_K LM head on int8 x; then decode.py end to end with the
+          # swept table (graph == eager, fp32 reference check)
+    sz=${TILES_SHAPE:-4b}; f=.cache/bench/qwen35-$sz-q4_k_m-seed0.gguf
+    python3 -c "import sys; sys.path.insert(0, '.'); from bench.runtime.decode import make_model; from pathlib import Path; \
+make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
+    timeout $(( $(left) * 1 / 2 )) python3 bench/profiling/gemv_sweep.py --gguf $f --out "$OUT" --reps 20 --configs \
+      ${TILES_CONFIGS:-bytes_v2,words_16x2w2,words_16x2w4,x8_4x2w1,x8_4x2w2,x8_8x2w1,x8_8x2w2,x8_8x2w4,x8_16x2w2,x8_16x2w4,x8_32x2w4,x8_4x4w2,x8q6_4x2w1,x8q6_4x2w2,x8q6_8x2w1,x8q6_8x2w2,x8q6_16x2w4} \
+      2>&1 | tail -12
+    sw=$(ls "$OUT"/gemv-sweep-*$sz*.json 2>/dev/null | tail -1); [ -n "$sw" ] || continue
+    timeout $(( $(left) )) python3 bench/runtime/decode.py --models $sz --gguf $sz=$f --depths 0,16384 --runs 5 \
+      --variants table,table_pdl --depth-variants table,table_pdl --check-variants table,table_pdl \
+      --reference-shapes $sz --skip-checks --tile-table "$sw" --out "$OUT" 2>&1 | tail -14 ;;
   profile)
     for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
       timeout $(( $(left) )) python3 bench/profiling/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10

@@ -69,10 +69,14 @@ def weights_in_order(eng) -> list[dict]:
 
 def profile_shape(shape: str, a) -> dict:
     from runtime import load_engine
-    from worker.models import make_synth
 
     cuda = a.device.startswith("cuda")
-    path = make_synth({"shape": shape, "quant": a.quant, "seed": 0}, REPO, device=a.device)
+    if cuda and a.quant == "q4_k_m":  # the very file bench/runtime/decode.py and gemv_sweep.py time
+        from bench.runtime.decode import make_model
+        path = make_model(shape, REPO / ".cache" / "bench", seed=0)
+    else:
+        from worker.models import make_synth
+        path = make_synth({"shape": shape, "quant": a.quant, "seed": 0}, REPO, device=a.device)
     rec = {"gguf": path.name, "gguf_sha256": file_sha256(path)}
     eng = load_engine(str(path), device=a.device, max_context=a.depth + a.tokens * (a.repeats + 2) + 64,
                       backend="triton")  # on the CPU: the Triton kernels under the interpreter
