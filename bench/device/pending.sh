@@ -14,7 +14,8 @@
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
 #   bash bench/device/pending.sh prefillcpu  # issue 13: 0.8B prefill noise, revisions on every core vs one
 #   bash bench/device/pending.sh graphs      # issue 17: prefill from a CUDA graph vs eager (the 0.8B is host-bound)
-#   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too)
+#   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too;
+#                                            # LLAMA_MODE=decode: tg128 ratios instead)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
@@ -114,6 +115,8 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
              # run on the very files bench/runtime/prefill.py times, in this call: same-call pp512/pp4096 ratios
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
     LB=/var/tmp/llama-build; shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
+    # LLAMA_MODE=decode: tg128 at depth 0 on both sides (decode.py's ratio column reads this call's receipt)
+    lflags="-ngl 99 -fa 1 -p 512,4096 -n 0 -r 6"; [ "${LLAMA_MODE:-prefill}" = decode ] && lflags="-ngl 99 -fa 1 -p 0 -n 128 -r 5"
     # the files (.cache/bench) are made while llama-bench builds (CPU-bound, nothing is timed yet)
     python3 bench/runtime/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
       --out /var/tmp/synth-only > "$OUT/synth.log" 2>&1 &
@@ -130,14 +133,18 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     runs=""
     for sh in ${shapes//,/ }; do
       f=.cache/bench/qwen35-$sh-q4_k_m-seed0.gguf; [ -f "$f" ] || { echo "no $f"; continue; }
-      timeout 120 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6 -o json > "$OUT/llama-$sh.json" \
+      timeout 120 $LB/bin/llama-bench -m "$f" $lflags -o json > "$OUT/llama-$sh.json" \
         2> "$OUT/llama-$sh-stderr.log"; runs="$runs $sh=$f:$OUT/llama-$sh.json"
     done
-    python3 bench/llamacpp/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 0 -r 6" \
-      --out "$OUT" $runs
+    python3 bench/llamacpp/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench $lflags" --out "$OUT" $runs
     lr=$(ls "$OUT"/llamacpp-bench-*.json 2>/dev/null | tail -1)
-    timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $shapes --lengths 512,4096 --gemm auto ${lr:+--llama-cpp "$lr"} \
-      --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12 ;;
+    if [ "${LLAMA_MODE:-prefill}" = decode ]; then  # our tg128 on the same files, with the fp32-reference check
+      timeout $(( $(left) )) python3 bench/runtime/decode.py --models $shapes --depths 0 --runs 5 --variants default \
+        --reference-shapes $shapes ${lr:+--llama-cpp "$lr"} --out "$OUT" 2>&1 | tail -12
+    else
+      timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $shapes --lengths 512,4096 --gemm auto \
+        ${lr:+--llama-cpp "$lr"} --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12
+    fi ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;

@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.profiling.prefill_profile import busy_seconds  # noqa: E402
+from bench.profiling.prefill_profile import busy_seconds, receipt_path  # noqa: E402
 from bench.tree_snapshot import snapshot_commit  # noqa: E402
 from runtime.gguf.writer import file_sha256  # noqa: E402
 
@@ -148,10 +148,7 @@ def main(argv=None) -> int:
         except Exception as exc:  # noqa: BLE001 - the receipt says why it is missing
             rec["driver"] = None
             rec["driver_reason"] = f"{type(exc).__name__}: {exc}"
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = out / f"decode-profile-{'_'.join(shapes)}-{a.quant}-{stamp}.json"
+    target = receipt_path(a.out, f"decode-profile-{'_'.join(shapes)}-{a.quant}")
     for shape in shapes:
         try:
             rec["shapes"][shape] = profile_shape(shape, a)

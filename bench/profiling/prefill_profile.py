@@ -43,6 +43,13 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def receipt_path(out: str, name: str) -> Path:
+    """A new receipt's path under `out` (made if missing): `<name>-<utc stamp>.json`."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
+
+
 def summarize(events, wall_s: float, top: int = 15) -> dict:
     """Kernel and runtime-call figures from a profiler's events (times in microseconds there)."""
     kernels, by_name, calls = [], defaultdict(lambda: [0, 0.0]), defaultdict(int)
@@ -116,10 +123,7 @@ def main(argv=None) -> int:
            "gguf_sha256": file_sha256(path), "commit": snapshot_commit(REPO),
            "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = out / f"prefill-profile-{a.shape}-{a.quant}-{a.length}-{stamp}.json"
+    target = receipt_path(a.out, f"prefill-profile-{a.shape}-{a.quant}-{a.length}")
     target.write_text(json.dumps(rec, indent=1))
     p = rec["profiled"]
     print(f"pp{a.length} {a.shape}: TTFT {rec['ttft_median_s'] * 1e3:.1f} ms (median of {a.repeats}); profiled wall "
