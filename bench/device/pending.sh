@@ -94,7 +94,7 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
       ${TILES_CONFIGS:-bytes_v2,words_16x2w2,words_16x2w4,x8_4x2w1,x8_4x2w2,x8_8x2w1,x8_8x2w2,x8_8x2w4,x8_16x2w2,x8_16x2w4,x8_32x2w4,x8_4x4w2,x8q6_4x2w1,x8q6_4x2w2,x8q6_8x2w1,x8q6_8x2w2,x8q6_16x2w4} \
       2>&1 | tail -12
     sw=$(ls "$OUT"/gemv-sweep-*$sz*.json 2>/dev/null | tail -1); [ -n "$sw" ] || continue
-    timeout $(( $(left) )) python3 bench/runtime/decode.py --models $sz --gguf $sz=$f --depths 0,16384 --runs 5 \
+    timeout $(( $(left) )) python3 bench/runtime/decode.py --models $sz --gguf $sz=$f --depths ${TILES_DEPTHS:-0,16384} --runs 5 \
       --variants table,table_pdl --depth-variants table,table_pdl --check-variants table,table_pdl \
       --reference-shapes $sz --skip-checks --tile-table "$sw" --out "$OUT" 2>&1 | tail -14 ;;
   profile)
