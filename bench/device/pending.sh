@@ -27,7 +27,7 @@ set -uo pipefail
 # Several steps may share one call (`pending.sh checks calibrate`): one clock for all of them.
 [ $# -ge 1 ] || { echo "usage: pending.sh STEP..."; exit 2; }
 T0=$(date +%s)
-left() { echo $(( ${1:-570} - ($(date +%s) - T0) )); }
+left() { echo $(( ${1:-${PENDING_BUDGET:-570}} - ($(date +%s) - T0) )); }  # PENDING_BUDGET: a shorter call
 bash bench/device/setup.sh
 export PYTHONPATH=$PWD TOKENGATE_CACHE_DIR=/var/tmp/tgcache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
