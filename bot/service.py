@@ -288,10 +288,14 @@ class Service:
 
     # ---- results coming back from the gpu queue ---------------------------------------------------
     def _current(self, session: Session, eval_id: int, task_id: str | None) -> tuple[Evaluation, PullRequest] | str:
-        ev = session.get(Evaluation, eval_id, with_for_update=True, populate_existing=True)
+        # The PR's lock before its evaluation's, the order the webhook handlers take them (repository → PR → its
+        # evaluations): the other way round a start claim and a `closed` cancelling the same evaluation
+        # deadlocked, and PostgreSQL aborted one of them (a delivery or a claim failed) after 1 s.
+        pr_id = session.scalar(select(Evaluation.pull_request_id).where(Evaluation.id == eval_id))
+        pr = self.lock_pull(session, pr_id) if pr_id is not None else None
+        ev = session.get(Evaluation, eval_id, with_for_update=True, populate_existing=True) if pr else None
         if ev is None:
             return f"evaluation {eval_id} unknown"
-        pr = self.lock_pull(session, ev.pull_request_id)
         if not ev.state.active:
             return f"evaluation {eval_id} is {ev.state.value}: ignored"
         if task_id is not None and task_id != ev.celery_task_id:
