@@ -179,6 +179,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cpu-quick-never-merges", "19.1", "in production a CPU quick verdict never counts in a round",
              (("bot/rounds.py", "                and (not production or ev.profile in MERGEABLE_PROFILES):", ":"),),
              ("tests/bot/test_rounds.py::test_production_round_counts_only_gpu_profiles",)),
+    Mutation("pr-locked-before-its-evaluation", "bot", "claims lock the PR before its evaluation (handlers' order)",
+             (("bot/service.py", "        pr = self.lock_pull(session, pr_id) if pr_id is not None else None\n",
+               "        pr = pr_id is not None\n"),
+              ("bot/service.py", '            return f"evaluation {eval_id} unknown"\n',
+               '            return f"evaluation {eval_id} unknown"\n        pr = self.lock_pull(session, ev.pull_request_id)\n')),
+             ("tests/bot/queue/test_lock_order.py::"
+              "test_a_start_claim_during_a_cancel_waits_for_the_pull_request_without_holding_the_evaluation",)),
     Mutation("history-keyed-by-hardware", "13.1", "A/A history is keyed by GPU UUID, driver, torch/triton, not hostname",
              (("worker/calibration/key.py",
                "    digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]",
