@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 GIT = ["git", "-c", "user.name=tokengate e2e", "-c", "user.email=e2e@tokengate.invalid"]
 
 # Planted changes: (file, exact text, replacement). Each must match once on main
-# (tests/bench/test_gpu_e2e_plants.py builds them on the CPU, so a moved line fails CI, not a device call).
+# (tests/bench/worker/test_gpu_e2e_plants.py builds them on the CPU, so a moved line fails CI, not a device call).
 _FFN = ('                gemv(h, [mat[p + "ffn_gate.weight"], mat[p + "ffn_up.weight"]], b.ffn,\n'
         '                     norm_weight=vec[p + "post_attention_norm.weight"], eps=eps, swiglu=True, config=gc, q8=b.q8)\n')
 

@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 _SPEC = importlib.util.spec_from_file_location(
-    "llama_src", Path(__file__).resolve().parents[2] / "bench" / "device" / "llama_src.py")
+    "llama_src", Path(__file__).resolve().parents[3] / "bench" / "device" / "llama_src.py")
 llama_src = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(llama_src)
 
