@@ -6,16 +6,14 @@ is imported only from its own tree.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import re
 import shutil
 import subprocess
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.paths import cache_dir
+from worker.paths import cache_dir, locked
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -33,23 +31,12 @@ def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
     return p.stdout.strip()
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def mirror(repo: str) -> Path:
     """A bare mirror of `repo` (path or URL) under the cache dir, fetched up to date."""
     repo = str(Path(repo).resolve()) if Path(repo).exists() else repo
     key = hashlib.sha256(repo.encode()).hexdigest()[:16]
     dest = cache_dir() / "repos" / f"{key}.git"
-    with _locked(dest.with_suffix(".lock")):
+    with locked(dest.with_suffix(".lock")):
         if not (dest / "HEAD").exists():
             shutil.rmtree(dest, ignore_errors=True)
             _git("clone", "--mirror", "--quiet", repo, str(dest))
@@ -92,7 +79,7 @@ class Revision:
 def add_worktree(git_dir: Path, sha: str, dest: Path, role: str, ref: str) -> Revision:
     if not _SHA.match(sha):
         raise CheckoutError(f"not a full commit SHA: {sha!r}")
-    with _locked(git_dir.with_suffix(".lock")):
+    with locked(git_dir.with_suffix(".lock")):
         _git("--git-dir", str(git_dir), "worktree", "prune")
         _git("--git-dir", str(git_dir), "worktree", "add", "--detach", "--force", str(dest), sha)
     got = _git("rev-parse", "HEAD", cwd=dest)
@@ -102,7 +89,7 @@ def add_worktree(git_dir: Path, sha: str, dest: Path, role: str, ref: str) -> Re
 
 
 def remove_worktree(git_dir: Path, rev: Revision) -> None:
-    with _locked(git_dir.with_suffix(".lock")):
+    with locked(git_dir.with_suffix(".lock")):
         try:
             _git("--git-dir", str(git_dir), "worktree", "remove", "--force", str(rev.root))
         except CheckoutError:

@@ -1,7 +1,9 @@
 """Where the worker keeps its caches (synthetic models, pinned references, A/A records, clones)."""
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -10,3 +12,15 @@ def cache_dir() -> Path:
     d = Path(os.environ.get("TOKENGATE_CACHE_DIR") or Path.home() / ".cache" / "tokengate")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@contextmanager
+def locked(path: Path):
+    """An exclusive lock on `path` between processes of this box; the kernel drops it if the holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

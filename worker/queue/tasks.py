@@ -8,7 +8,6 @@ backoff (attempt + 1). This side never holds GitHub or database credentials.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from worker.queue.app import EVALUATE_TASK, app
 from worker.config import EvalSettings, gpu_default_profile
-from worker.paths import cache_dir
+from worker.paths import cache_dir, locked
 from worker.records import EvalResult, InfraKind, Verdict
 
 SOFT_LIMIT_S = 3 * 3600  # above every profile's eval_timeout_s; the pipeline has its own per-request limits
@@ -83,14 +82,8 @@ def store_result(key: str, result: dict) -> None:
 @contextmanager
 def device_lock(device: str):
     """One evaluation at a time on a device of this box (released if the worker dies)."""
-    path = cache_dir() / "locks" / f"{device.replace(':', '_')}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with locked(cache_dir() / "locks" / f"{device.replace(':', '_')}.lock"):
+        yield
 
 
 def _secrets() -> list[str]:
