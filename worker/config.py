@@ -47,7 +47,7 @@ class ModelSpec(BaseModel):
 
 # How a timed request is carried out by the trusted driver (what it copies, where, pinned or not): bump it
 # when that changes, so that A/A history measured the old way is never read as this way's null.
-TIMING_PROTOCOL = 2
+TIMING_PROTOCOL = 3  # 3: a timed prefill unmasks its staged prompt (worker/harness/masking.py)
 
 
 class ProfileSettings(BaseModel):

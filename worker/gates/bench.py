@@ -17,6 +17,7 @@ import numpy as np
 
 from worker.config import ModelSpec, ProfileSettings, gate_name
 from worker.verdicts.faults import infra
+from worker.harness import masking
 from worker.harness.client import RevisionFault, RevisionProcess
 from worker.records import InfraKind
 
@@ -103,11 +104,11 @@ def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
 
 def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
              key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
-             keep_steps: bool = False) -> list[Sample]:
+             keep_steps: bool = False, unmask: str | None = None) -> list[Sample]:
     """_measure_at, with a fault that names the context that did not fit or finish."""
     try:
         return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock, step_logits,
-                           keep_steps)
+                           keep_steps, unmask)
     except RevisionFault as f:
         gates = ", ".join(g.name for g in (prefill_gate, decode_gate) if g is not None)
         f.detail = f"at context {context} ({gates}): {f.detail}"
@@ -117,17 +118,19 @@ def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None,
 
 def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
                 key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
-                keep_steps: bool = False) -> list[Sample]:
+                keep_steps: bool = False, unmask: str | None = None) -> list[Sample]:
     """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
 
     The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
     prompt serves both, so a decode gate costs no extra prefill when both lists share a context.
     `step_logits`: every timed generate also writes each step's logits into shared memory (the same
     request every time, so the revision cannot tell which ones are verified); `keep_steps`: the
-    parent copies them out of this one (a rep it drew for verification).
+    parent copies them out of this one (a rep it drew for verification). `unmask`: the seed of the staged
+    prompt's mask (worker/harness/masking.py), sent only now.
     """
     out = []
-    resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout)
+    extra = {"unmask": unmask} if unmask else {}
+    resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout, **extra)
     last = proc.read_logits(resp, 1, phase).reshape(-1)
     argmax = _check_logits(last, proc.role, f"prefill@{context}")
     if prefill_gate is not None:
@@ -185,13 +188,15 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
     def key(c, rep, i):
         return f"ctx{c}:{sweep_id}:{rep}:{i}"
 
+    seeds: dict[tuple[str, str], str] = {}  # (role, prompt key) -> its mask's seed, sent with the timed prefill
     for c in contexts:
         for rep in range(-warmup, pairs):
             for i in range(inner):
                 k = key(c, rep, i)
                 sweep.prompts[k] = prompt_ids(vocab, c, model_sha, c, sweep_id, rep, i)
-                for r in roles:
-                    procs[r].request("stage", key=k, ids=sweep.prompts[k], phase="stage", timeout=timeout)
+                for r in roles:  # masked: staged before any timing, nothing to precompute from (masking.py)
+                    masked, seeds[(r, k)] = masking.mask(sweep.prompts[k], vocab)
+                    procs[r].request("stage", key=k, ids=masked, phase="stage", timeout=timeout)
 
     voids = {r: 0 for r in roles}
 
@@ -209,7 +214,8 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 t0 = time.time()
                 out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)),
                                key(c, rep, i), timeout, phase, clock, step_logits,
-                               phase == "measure" and (keep_steps is None or rep in keep_steps))
+                               phase == "measure" and (keep_steps is None or rep in keep_steps),
+                               seeds[(r, key(c, rep, i))])
                 reading = (idle_check(procs[r], other, t0, time.time())
                            if idle_check is not None and phase == "measure" else None)
             finally:

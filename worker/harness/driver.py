@@ -12,6 +12,8 @@ Nothing this process says about time is used: the parent times each request from
 driver synchronises the device before answering so that the parent's clock covers the work.
 Revision code's own stdout is redirected to stderr so it cannot forge protocol lines casually.
 """
+import array
+import hashlib
 import json
 import mmap
 import os
@@ -19,7 +21,7 @@ import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 4
+DRIVER_VERSION = 5
 _HEADER = struct.Struct(">I")
 
 
@@ -90,6 +92,22 @@ def _clear_cuda_error():
             ctypes.CDLL(path).cudaGetLastError()
     except OSError:
         pass
+
+
+def _unmask(staged, seed, vocab, torch):
+    """The staged ids of a timed prompt, unmasked with the seed its timed request brought: staged = (ids + k)
+    mod vocab, k = SHAKE-256(seed) as little-endian uint32 mod vocab (worker/harness/masking.py), so
+    nothing of the prompt was known before this request (its answers cannot be computed in `stage`)."""
+    raw = hashlib.shake_256(bytes.fromhex(seed)).digest(4 * len(staged))
+    if torch is not None and hasattr(staged, "dtype"):
+        # native int32 = little-endian: the sandbox runs only on x86_64 and aarch64 (worker/sandbox/seccomp.py)
+        k = torch.frombuffer(bytearray(raw), dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
+        return (staged - k % vocab) % vocab
+    k = array.array("I")
+    k.frombytes(raw)
+    if sys.byteorder == "big":
+        k.byteswap()
+    return [(int(m) - x) % vocab for m, x in zip(staged, k)]
 
 
 def _accepts(fn, name):
@@ -174,9 +192,13 @@ class Driver:
         return {"ok": True, "n": len(ids)}
 
     def prefill(self, req):
-        """Timed: the prompt's last-position logits land in shared memory inside the timed request."""
+        """Timed: the prompt's last-position logits land in shared memory inside the timed request. A timed
+        prompt was staged masked; `unmask` (its seed) comes only now."""
+        ids = self.staged[req["key"]]
+        if req.get("unmask"):
+            ids = _unmask(ids, req["unmask"], self.vocab, self.torch)
         self.engine.reset()
-        out = self.engine.prefill(self.staged[req["key"]])
+        out = self.engine.prefill(ids)
         self.engine.synchronize()
         shape = self._put(out)
         if len(shape) != 1 and shape[:1] != [1]:
