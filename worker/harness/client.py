@@ -25,6 +25,11 @@ from worker.harness.shm import DEFAULT_CAPACITY, LogitsBuffer
 DRIVER_SRC = Path(__file__).with_name("driver.py")
 
 
+# The fault kinds a revision's own answer may carry (what driver.py says); every other kind (sandbox, timeout,
+# crashed, ...) is the parent's finding alone (worker/verdicts/faults.py makes some of them INFRA).
+ANSWER_KINDS = frozenset({"import", "protocol", "oom", "error"})
+
+
 class RevisionFault(Exception):
     """The revision's process did not give a usable answer.
 
@@ -237,6 +242,10 @@ class RevisionProcess:
         if resp.get("ok") is not True:
             kind = str(resp.get("kind", "error"))[:40]
             detail = str(resp.get("error", "no detail"))[:2000]
+            if kind not in ANSWER_KINDS:  # e.g. "sandbox": INFRA, never the PR's, so never the revision's word
+                detail = (f"answered a fault of kind {kind!r}, which only the worker decides (the driver says "
+                          f"{'/'.join(sorted(ANSWER_KINDS))}): {detail}")
+                kind = "protocol"
             raise RevisionFault(self.role, phase, kind, self._redact(detail),
                                 self._redact(str(resp.get("trace", ""))[-4000:] + "\n" + self.log_tail()))
         if "vocab_size" in resp and isinstance(resp["vocab_size"], int):

@@ -2,6 +2,8 @@
 through the whole pipeline (tests/worker/redteam/conftest.py builds them)."""
 import pytest
 
+from worker.records import Verdict
+
 from .test_evaluations import TIERS, judged, text
 from .conftest import run_eval
 
@@ -17,3 +19,11 @@ def test_precomputing_staged_prompts_gains_nothing(tmp_path):
     for g in r.gates:
         assert g.head_median < 1.5 * g.base_median, g
 
+
+def test_a_head_that_labels_its_crash_a_sandbox_fault_is_not_infra(tmp_path):
+    """Its patched driver answers kind "sandbox" for its own exception (INFRA sandbox_failure before)."""
+    r = run_eval(tmp_path, "forge_fault")
+    if not judged(r):
+        return
+    assert r.verdict is Verdict.BUILD_FAILED, text(r)
+    assert "'sandbox'" in r.summary and "only the worker" in r.summary, text(r)
