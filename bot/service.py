@@ -490,7 +490,7 @@ class Service:
                                      approval_label=self.settings.approval_label, head_sha=pr.head_sha,
                                      models=self._models_shown(current))
         pr.sticky_comment_id = publish.upsert_sticky(self.gh_repo(pr.repository), pr.number, pr.sticky_comment_id,
-                                                     body)
+                                                     body, self.github.bot_login())
 
     def _models_shown(self, current) -> list[str]:
         """The models named under the comment: those measured, else those asked for (empty: the profile's)."""

@@ -35,6 +35,7 @@ class GitHubApp:
             **self._throttle(),
         )
         self._clients: dict[int, tuple[str, Github]] = {}
+        self._login: str | None = None
 
     def _throttle(self) -> dict:
         s = self.settings
@@ -54,6 +55,12 @@ class GitHubApp:
                 expires = expires.replace(tzinfo=timezone.utc)
             self._tokens[installation_id] = _Token(auth.token, expires)
             return auth.token
+
+    def bot_login(self) -> str:
+        """The login our comments are written under ("<slug>[bot]"), asked of GitHub once."""
+        if self._login is None:
+            self._login = f"{self._integration.get_app().slug}[bot]"
+        return self._login
 
     def client(self, installation_id: int) -> Github:
         token = self.installation_token(installation_id)

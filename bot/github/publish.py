@@ -19,8 +19,9 @@ def rerun_action() -> dict[str, str]:
             "description": str(words.rerun_description()).strip()[:40], "identifier": RERUN_ACTION_ID}
 
 
-def upsert_sticky(repo: GhRepository, number: int, comment_id: int | None, body: str) -> int:
-    """Edit our one comment on the PR in place (create it the first time); returns its id."""
+def upsert_sticky(repo: GhRepository, number: int, comment_id: int | None, body: str, bot_login: str) -> int:
+    """Edit our one comment on the PR in place (create it the first time); returns its id. Only a comment
+    written by `bot_login` (ours) is adopted: anyone can post one that starts with the marker."""
     issue = repo.get_issue(number)
     if comment_id is not None:
         try:
@@ -32,7 +33,7 @@ def upsert_sticky(repo: GhRepository, number: int, comment_id: int | None, body:
     else:
         # The database may have been reset: adopt an existing sticky comment rather than add a second one.
         for comment in issue.get_comments():
-            if (comment.body or "").startswith(STICKY_MARKER):
+            if (comment.body or "").startswith(STICKY_MARKER) and comment.user.login == bot_login:
                 comment.edit(body)
                 return comment.id
     return issue.create_comment(body).id

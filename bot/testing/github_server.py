@@ -88,6 +88,8 @@ class RepoState:
 
 
 class FakeGitHub:
+    app_slug = "tokengate"  # the App's comments are by "<slug>[bot]", as on GitHub
+
     def __init__(self, app_id: int, public_key_pem: str, installation_id: int = 1, token_ttl_s: float = 3600):
         self.app_id = app_id
         self.public_key_pem = public_key_pem
@@ -222,7 +224,8 @@ class FakeGitHub:
     def _comment_json(self, c: dict) -> dict:
         body = copy.deepcopy(EXAMPLES["issue-comment"])
         repo = c["repo"]
-        body.update(id=c["id"], body=c["body"], user=self._user(c["login"], "Bot"), created_at=c["created_at"],
+        body.update(id=c["id"], body=c["body"], user=self._user(c["login"], c.get("type", "Bot")),
+                    created_at=c["created_at"],
                     updated_at=c["updated_at"],
                     url=f"https://api.github.com/repos/{repo}/issues/comments/{c['id']}",
                     html_url=f"https://github.com/{repo}/pull/{c['issue']}#issuecomment-{c['id']}",
@@ -403,7 +406,7 @@ class FakeGitHub:
 
     def op_apps_get_authenticated(self, query, body):
         out = copy.deepcopy(EXAMPLES["integration"])
-        out["id"] = self.app_id
+        out.update(id=self.app_id, slug=self.app_slug)
         return 200, out
 
     def op_repos_get(self, query, body, o, r):
@@ -443,12 +446,17 @@ class FakeGitHub:
         return 200, [self._comment_json(c) for c in self.comments_on(repo, int(n))]
 
     def op_issues_create_comment(self, query, body, o, r, n):
-        repo = self._repo(o, r)
-        now = iso(datetime.now(timezone.utc))
-        c = {"id": next(self._ids), "repo": repo.full_name, "issue": int(n), "body": body["body"],
-             "login": "tokengate[bot]", "created_at": now, "updated_at": now, "edits": 0}
-        self.comments[c["id"]] = c
-        return 201, self._comment_json(c)
+        return 201, self._comment_json(self.post_comment(self._repo(o, r), int(n), body["body"],
+                                                         f"{self.app_slug}[bot]", "Bot"))
+
+    def post_comment(self, repo: RepoState, number: int, body: str, login: str, type_: str = "User") -> dict:
+        """A comment on the issue by anyone (the App's own through the API; a test's for everyone else)."""
+        with self.lock:
+            now = iso(datetime.now(timezone.utc))
+            c = {"id": next(self._ids), "repo": repo.full_name, "issue": number, "body": body, "login": login,
+                 "type": type_, "created_at": now, "updated_at": now, "edits": 0}
+            self.comments[c["id"]] = c
+            return c
 
     def op_issues_update_comment(self, query, body, o, r, cid):
         c = self.comments.get(int(cid))
