@@ -102,6 +102,13 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         if not green:
             plan.steps.append(Step(pr.number, RoundAction.SKIP, f"required checks not green: {why}"))
             continue
+        if not dry_run:
+            title = render.render("merge_commit_title.txt.j2", title=pr.title, number=pr.number).strip()
+            try:
+                merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method, title)
+            except publish.MergeRefused as exc:  # the next best may merge: one PR must not stall every round
+                plan.steps.append(Step(pr.number, RoundAction.SKIP, f"GitHub refused the merge: {exc}"))
+                continue
         winner = (pr, ev)
         plan.winner = pr.number
         plan.steps.append(Step(pr.number, RoundAction.MERGE, f"biggest verified speedup "
@@ -120,8 +127,6 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         pr, ev = winner
         result = render.run_view(ev, service.max_attempts).result
         scored = next((g for g in (result.gates if result else []) if g.scored), None)
-        title = render.render("merge_commit_title.txt.j2", title=pr.title, number=pr.number).strip()
-        merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method, title)
         publish.add_label(gh, pr.number, MERGE_FIRST_LABEL)
         publish.reply(gh, pr.number, render.render(
             "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else None,

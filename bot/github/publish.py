@@ -104,9 +104,18 @@ def checks_green(repo: GhRepository, sha: str, ignore_check: str | None = None) 
     return (not bad, "; ".join(bad) or "all green")
 
 
+class MergeRefused(RuntimeError):
+    """GitHub will not merge this PR (conflict, branch protection, draft, head moved): no retry changes that."""
+
+
 def merge(repo: GhRepository, number: int, head_sha: str, method: str, title: str) -> str:
     """Merge only if the head is still `head_sha` (GitHub refuses otherwise); returns the merge commit."""
-    status = repo.get_pull(number).merge(merge_method=method, sha=head_sha, commit_title=title)
+    try:
+        status = repo.get_pull(number).merge(merge_method=method, sha=head_sha, commit_title=title)
+    except GithubException as exc:
+        if exc.status in (405, 409, 422):  # not mergeable / head modified / invalid: the PR's state, not an outage
+            raise MergeRefused(f"{exc.status} {(exc.data or {}).get('message', '')}".strip()) from exc
+        raise
     if not status.merged:
-        raise RuntimeError(f"GitHub did not merge #{number}: {status.message}")
+        raise MergeRefused(status.message or "not merged")
     return status.sha

@@ -68,6 +68,7 @@ class PullState:
     merged: bool = False
     merge_commit_sha: str | None = None
     updated_at: str | None = None  # GitHub's pull_request.updated_at (None: the example's)
+    mergeable: bool = True  # False: GitHub refuses the merge (a conflict, branch protection, a draft)
 
 
 @dataclass
@@ -204,8 +205,9 @@ class FakeGitHub:
                               user=self._user(repo.owner), repo=copy.deepcopy(repo_json))
         body.update(number=pr.number, id=pr.number + 10_000, title=pr.title, user=self._user(pr.author),
                     state=pr.state, merged=pr.merged, merge_commit_sha=pr.merge_commit_sha,
-                    labels=[self._label_json(n) for n in pr.labels], mergeable=True, rebaseable=True,
-                    mergeable_state="clean", requested_teams=[], draft=False, auto_merge=None)
+                    labels=[self._label_json(n) for n in pr.labels], mergeable=pr.mergeable, rebaseable=True,
+                    mergeable_state="clean" if pr.mergeable else "dirty", requested_teams=[], draft=False,
+                    auto_merge=None)
         if pr.updated_at:
             body["updated_at"] = pr.updated_at
         if not pr.merged:
@@ -421,7 +423,7 @@ class FakeGitHub:
     def op_pulls_merge(self, query, body, o, r, n):
         repo = self._repo(o, r)
         pr = repo.pulls[int(n)]
-        if pr.state != "open":
+        if pr.state != "open" or not pr.mergeable:
             return 405, {"message": "Pull Request is not mergeable"}
         head = self.sha(repo, pr.head_ref)
         if body and body.get("sha") and body["sha"] != head:

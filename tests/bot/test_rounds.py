@@ -138,3 +138,18 @@ def test_only_a_tier_made_in_the_full_sandbox_is_a_candidate(settings):
     with session_scope() as s:
         repo = _finished(s, 98, "o/override", [(n, "standard", v, x, r) for n, v, x, r in rows])
         assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [1]
+
+
+def test_a_winner_github_refuses_to_merge_does_not_stall_every_round(settings, celery_worker, github, remote, send):
+    """A conflict, a required review or a draft makes GitHub answer 405: the round merges the next best
+    instead of raising (which left the round open and retried the same refused merge every few minutes)."""
+    open_three(github, remote, send)
+    repo = github.repos["codertocat/hello-world"]
+    repo.pulls[3].mergeable = False
+    plan = close(dry_run=False)
+    assert plan.winner == 2 and repo.pulls[2].merged and not repo.pulls[3].merged
+    steps = [(s.pr, s.action, s.reason) for s in plan.steps]
+    assert steps[0][:2] == (3, "skip") and "refused the merge" in steps[0][2] and steps[1][:2] == (2, "merge")
+    with session_scope() as s:
+        assert [r.state for r in s.scalars(select(Round).order_by(Round.id))] == [RoundState.CLOSED, RoundState.OPEN]
+
