@@ -86,12 +86,14 @@ class Sweep:
         return [s.value for s in self.samples.get((role, gate), [])]
 
 
-def _check_logits(v: np.ndarray, role: str, what: str) -> int:
-    """Facts about a logits vector, computed here (the revision's process could lie about them)."""
+def _check_logits(v: np.ndarray, role: str, what: str, phase: str = "measure") -> int:
+    """Facts about a logits vector, computed here (the revision's process could lie about them). A defect is
+    the revision's own output, so a fault of its role (worker/verdicts/faults.py: the head's is the PR's),
+    never INFRA by itself: a head returning NaN only when not asked for all logits was INFRA nan_metric."""
     if not np.all(np.isfinite(v)):
-        raise infra(InfraKind.NAN_METRIC, f"{role}: {what} returned non-finite logits; nothing to measure")
+        raise RevisionFault(role, phase, "nonfinite", f"{what} returned non-finite logits")
     if not np.any(v != 0) or not float(v.max() - v.min()) > 0:
-        raise infra(InfraKind.ZERO_METRIC, f"{role}: {what} returned all-zero/constant logits; nothing to measure")
+        raise RevisionFault(role, phase, "constant", f"{what} returned all-zero/constant logits")
     return int(v.argmax())
 
 
@@ -132,7 +134,7 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
     extra = {"unmask": unmask} if unmask else {}
     resp, wall = proc.request("prefill", key=key, phase=phase, timeout=timeout, **extra)
     last = proc.read_logits(resp, 1, phase).reshape(-1)
-    argmax = _check_logits(last, proc.role, f"prefill@{context}")
+    argmax = _check_logits(last, proc.role, f"prefill@{context}", phase)
     if prefill_gate is not None:
         secs = _timed(proc, wall, clock, prefill_gate.name)
         out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,

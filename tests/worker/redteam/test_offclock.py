@@ -27,3 +27,12 @@ def test_a_head_that_labels_its_crash_a_sandbox_fault_is_not_infra(tmp_path):
         return
     assert r.verdict is Verdict.BUILD_FAILED, text(r)
     assert "'sandbox'" in r.summary and "only the worker" in r.summary, text(r)
+
+
+def test_nan_only_in_timed_prefills_is_the_prs_fault(tmp_path):
+    """NaN logits only when not asked for all logits (the guards see clean ones): INFRA nan_metric before."""
+    r = run_eval(tmp_path, "nan_when_timed")
+    if not judged(r):
+        return
+    assert r.verdict is Verdict.REJECT and r.infra_kind is None, text(r)
+    assert "non-finite" in r.summary and r.failure["attempts"] == 2, text(r)

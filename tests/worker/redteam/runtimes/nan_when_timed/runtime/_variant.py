@@ -1,0 +1,36 @@
+"""Non-finite logits only where they are timed: a prefill not asked for all logits (every timed prefill)
+returns NaN; the accuracy guard's all-logits prefill is clean. The revision's own defect, so it must be
+the PR's verdict, not a metric the host failed to produce (INFRA nan_metric, retried, before)."""
+import sys
+
+import numpy as np
+
+
+def causal_mask(n, p):
+    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+
+
+def _all_logits():
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "prefill" and "all_logits" in f.f_locals:
+            return bool(f.f_locals["all_logits"])
+        f = f.f_back
+    return False
+
+
+def prefill_logits(engine, ids):
+    out = engine._block(ids)
+    return out if _all_logits() else out * np.nan
+
+
+def decode_step(engine, t):
+    return engine._block([t])[0]
+
+
+def emitted(ids):
+    return ids
+
+
+def on_load():
+    pass
