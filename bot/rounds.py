@@ -31,6 +31,7 @@ class Step:
     action: RoundAction
     reason: str
     head_moved: bool = False  # re-evaluated by its own push event, not by the round
+    retargeted: bool = False  # its base is no longer the branch the round merged into
 
 
 @dataclass
@@ -60,8 +61,9 @@ def candidates(session: Session, repo: Repository, production: bool = False) -> 
         # A verdict made under the sandbox development override is never merged (worker/sandbox/probe.py).
         if ev is not None and (ev.result or {}).get("sandbox_override"):
             continue
+        # Measured against the branch rounds merge into: a speedup over another branch says nothing about main.
         if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup \
-                and (not production or ev.profile in MERGEABLE_PROFILES):
+                and ev.base_ref == repo.default_branch and (not production or ev.profile in MERGEABLE_PROFILES):
             out.append((pr, ev))
     return sorted(out, key=lambda item: item[1].best_speedup, reverse=True)
 
@@ -89,6 +91,10 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         if live.head.sha != ev.head_sha:
             plan.steps.append(Step(pr.number, RoundAction.SKIP, f"head moved {ev.head_sha[:7]} → "
                                    f"{live.head.sha[:7]} since its evaluation", head_moved=True))
+            continue
+        if live.base.ref != ev.base_ref:  # retargeted (an `edited` event): it would merge where nothing measured it
+            plan.steps.append(Step(pr.number, RoundAction.SKIP, f"retargeted {ev.base_ref} → {live.base.ref} "
+                                   f"since its evaluation", retargeted=True))
             continue
         base_now = publish.branch_tip(gh, ev.base_ref)
         if base_now != ev.base_sha:
@@ -118,7 +124,8 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     if winner is not None:
         plan.steps += [Step(pr.number, RoundAction.NOTIFY, "main moved; re-evaluated against it")
                        for pr, _ in others
-                       if not any(s.pr == pr.number and s.action is RoundAction.REEVALUATE for s in plan.steps)]
+                       if not any(s.pr == pr.number and (s.action is RoundAction.REEVALUATE or s.retargeted)
+                                  for s in plan.steps)]
     if dry_run:
         return plan
 
@@ -136,8 +143,8 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         rnd.winner_speedup = ev.best_speedup
         for other, _ in others:
             steps = [s for s in plan.steps if s.pr == other.number]
-            if any(s.action is RoundAction.REEVALUATE for s in steps):
-                continue  # already queued against the fresh base
+            if any(s.action is RoundAction.REEVALUATE or s.retargeted for s in steps):
+                continue  # already queued against the fresh base, or no longer based on it
             head_moved = any(s.head_moved for s in steps)
             publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
                                                           winner_number=pr.number, needs_rebase=False))

@@ -153,3 +153,25 @@ def test_a_winner_github_refuses_to_merge_does_not_stall_every_round(settings, c
     with session_scope() as s:
         assert [r.state for r in s.scalars(select(Round).order_by(Round.id))] == [RoundState.CLOSED, RoundState.OPEN]
 
+
+def test_only_a_speedup_measured_against_the_branch_it_merges_into_wins(settings, celery_worker, github, remote,
+                                                                        send):
+    """#3 was measured against main, then retargeted to `release` (an `edited` event: not handled); #4 was
+    measured against `release` (any branch will do as a slow base). Neither speedup says anything about what
+    merging it does to main, so #2 (+45 % against main, still targeting it) wins."""
+    from bot.testing.github_server import PullState
+    repo = github.repos["codertocat/hello-world"]
+    remote.git("branch", "release")
+    repo.pulls[4] = PullState(number=4, title="PR 4", author="Codertocat", head_ref="d", base_ref="release")
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)"), (4, "d", "fastest (xl:90)")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+    repo.pulls[3].base_ref = "release"
+    plan = close(dry_run=False)
+    assert plan.winner == 2 and repo.pulls[2].merged and not (repo.pulls[3].merged or repo.pulls[4].merged)
+    steps = [(s.pr, s.action, s.reason) for s in plan.steps]
+    assert 4 not in [pr for pr, _, _ in steps]  # never a contender
+    assert steps[0][:2] == (3, "skip") and "retargeted" in steps[0][2] and [s[:2] for s in steps[1:]] == [(2, "merge")]
+    assert not any("moved" in c["body"] for c in github.comments_on(repo, 3))  # main is not its base any more
+
