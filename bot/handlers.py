@@ -97,6 +97,8 @@ class Handlers:
                 on_main_merged(session, self.settings, self.service.celery, repo, pr,
                                payload["pull_request"].get("merge_commit_sha"))
             return f"closed; {n} evaluation(s) cancelled"
+        if not pr.is_open:
+            return f"{action}: pull request is closed, nothing queued"
         if action == "labeled":
             return self._labeled(session, repo, pr, payload, sender)
 
@@ -174,6 +176,9 @@ class Handlers:
                                                        head_sha=pr.head_sha, approved=approved))
             return (f"/eval by {commenter} approved {(approved or 'no head')[:7]}, but the head is "
                     f"{pr.head_sha[:7]}: nothing queued")
+        if not pr.is_open:
+            publish.reply(gh, pr.number, render.render("eval_closed.md.j2", login=commenter))
+            return f"/eval {command.value} by {commenter}: pull request is closed, nothing queued"
         pr.approved_sha = pr.head_sha
         pr.awaiting_approval = False
         ev = self.service.request_evaluation(session, pr, Trigger.COMMAND, requested_by=commenter)
@@ -197,6 +202,8 @@ class Handlers:
         if not self.service.is_trusted(pr.repository, sender):
             return f"re-run requested by {sender} without write access: refused"
         new = self.service.request_evaluation(session, pr, Trigger.CHECK_RERUN, requested_by=sender)
+        if new is None:
+            return f"re-run requested by {sender}: pull request is closed, nothing queued"
         return f"re-run requested by {sender}: evaluation {new.id}"
 
     # ---- installation ---------------------------------------------------------------------------

@@ -200,10 +200,12 @@ class Service:
 
     # ---- evaluations ----------------------------------------------------------------------------
     def request_evaluation(self, session: Session, pr: PullRequest, trigger: Trigger,
-                           requested_by: str | None = None) -> Evaluation:
+                           requested_by: str | None = None) -> Evaluation | None:
         """Queue an evaluation of the PR's current head (older heads are superseded; no duplicates). Only an
         explicit re-run (command, check button, round) evaluates a head again that was already measured: a
-        replayed or repeated event never does."""
+        replayed or repeated event never does. A closed PR gets none (None): it cannot merge, GPUs are shared."""
+        if not pr.is_open:
+            return None
         for ev in self.active(session, pr):
             if ev.head_sha != pr.head_sha:
                 self.end(session, pr, ev, EvalState.SUPERSEDED, by=requested_by)

@@ -194,3 +194,36 @@ def test_infra_retry_then_success_and_crash_is_infra(settings, celery_worker, gi
     assert (ev.state, ev.infra_kind) == (EvalState.INFRA, "internal_error")
     assert "illegal memory access" in ev.infra_detail
     assert repo.pulls[2].labels == ["eval:INFRA"]
+
+
+def test_a_closed_pull_request_is_never_evaluated_again(settings, celery_worker, github, remote, send):
+    """`/eval rerun`, the check's Re-run or the approval label on a closed (or merged) PR would spend a GPU on
+    something that can no longer merge, and relabel it."""
+    import json
+    from tests.bot.conftest import load_payload
+    repo = github.repos["codertocat/hello-world"]
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="evaluation")
+    (ev,) = evaluations()
+    repo.pulls[2].state = "closed"
+    d = send("pull_request", pr_payload(github, remote, "closed")).json()["delivery"]
+    wait_until(lambda: processed(d), what="closed handled")
+    requests = len(github.requests)
+
+    command = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    rerun = load_payload("check_run.rerequested")
+    rerun.update(repository=github._urls(github._repo_json(repo)), installation={"id": 1},
+                 sender=github._user("maintainer"))
+    rerun["check_run"]["id"] = ev.check_run_id
+    button = send("check_run", json.loads(json.dumps(rerun))).json()["delivery"]
+    label = send("pull_request", pr_payload(github, remote, "labeled", sender="maintainer",
+                                            label="eval-approved")).json()["delivery"]
+    for delivery in (command, button, label):
+        wait_until(lambda: processed(delivery), what="handled")
+        assert "closed" in processed(delivery).outcome, processed(delivery).outcome
+    assert len(evaluations()) == 1
+    writes = [r.operation for r in github.requests[requests:] if r.method != "GET"]
+    assert writes == ["issues/create-comment"]  # the command's author is told why nothing ran
+    assert "closed" in list(github.comments_on(repo, 2))[-1]["body"]
+
