@@ -61,6 +61,9 @@ def candidates(session: Session, repo: Repository, production: bool = False) -> 
         # A verdict made under the sandbox development override is never merged (worker/sandbox/probe.py).
         if ev is not None and (ev.result or {}).get("sandbox_override"):
             continue
+        # Retried after an INFRA attempt: no tier until a clean evaluation, whatever the worker reported.
+        if ev is not None and ev.attempt > 1:
+            continue
         # Measured against the branch rounds merge into: a speedup over another branch says nothing about main.
         if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup \
                 and ev.base_ref == repo.default_branch and (not production or ev.profile in MERGEABLE_PROFILES):

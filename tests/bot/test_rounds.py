@@ -175,3 +175,15 @@ def test_only_a_speedup_measured_against_the_branch_it_merges_into_wins(settings
     assert steps[0][:2] == (3, "skip") and "retargeted" in steps[0][2] and [s[:2] for s in steps[1:]] == [(2, "merge")]
     assert not any("moved" in c["body"] for c in github.comments_on(repo, 3))  # main is not its base any more
 
+
+def test_a_tier_measured_after_an_infra_attempt_is_not_a_candidate(settings):
+    """The bot re-dispatched #2's evaluation after an INFRA attempt. The worker should call its tier withheld;
+    one that does not (an older worker, the fake's `flaky`) must still not get it merged: the bot counts the
+    attempts itself. A clean evaluation (`/eval rerun`: attempt 1 again) may win."""
+    from bot.db.models import Evaluation
+    from bot.rounds import candidates
+
+    with session_scope() as s:
+        repo = _finished(s, 97, "o/retried", [(1, "standard", "L", 0.20, {}), (2, "standard", "XL", 0.90, {})])
+        s.scalar(select(Evaluation).where(Evaluation.verdict == "XL")).attempt = 2
+        assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [1]
