@@ -23,13 +23,16 @@ from bot.history import on_main_merged
 
 log = logging.getLogger(__name__)
 
-COMMAND_RE = re.compile(r"^[ \t]*/eval(?:[ \t]+(?:(?P<sha>[0-9a-f]{7,40})|(?P<sub>[a-z]+)))?[ \t]*$",
+# At most 3 spaces before it: 4 or a tab make an indented code block, which shows a command and runs none.
+COMMAND_RE = re.compile(r"^ {0,3}/eval(?:[ \t]+(?:(?P<sha>[0-9a-f]{7,40})|(?P<sub>[a-z]+)))?[ \t]*$",
                         re.IGNORECASE | re.MULTILINE)
+# A fenced code block (``` or ~~~, to its closing fence or the end of the comment).
+FENCED_RE = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?(?:^ {0,3}\1[`~]*[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 
 
 def parse_request(body) -> tuple[Command, str | None] | None:
-    """`/eval`, `/eval <sha>`, `/eval rerun`, `/eval cancel`, `/eval status` on a line of their own."""
-    m = COMMAND_RE.search(body if isinstance(body, str) else "")
+    """`/eval`, `/eval <sha>`, `/eval rerun`, `/eval cancel`, `/eval status` on a line of their own, outside code."""
+    m = COMMAND_RE.search(FENCED_RE.sub("", body) if isinstance(body, str) else "")
     if not m:
         return None
     if m.group("sha"):

@@ -227,3 +227,16 @@ def test_a_closed_pull_request_is_never_evaluated_again(settings, celery_worker,
     assert writes == ["issues/create-comment"]  # the command's author is told why nothing ran
     assert "closed" in list(github.comments_on(repo, 2))[-1]["body"]
 
+
+def test_a_command_shown_in_code_is_not_a_command():
+    """A maintainer explaining the commands in a code block (fenced or indented) runs none of them."""
+    from bot.enums import Command
+    from bot.handlers import parse_command
+    assert parse_command("To re-run it, comment:\n```\n/eval rerun\n```") is None
+    assert parse_command("~~~~text\n/eval cancel\n~~~~\nthanks") is None
+    assert parse_command("```\nunclosed, to the end\n/eval") is None
+    assert parse_command("Like this:\n\n    /eval cancel\n") is None
+    assert parse_command("Like this:\n\n\t/eval cancel\n") is None
+    assert parse_command("> /eval\nnot yet") is None
+    assert parse_command("```\nlog\n```\n/eval") is Command.EVAL  # after the block it is one
+    assert parse_command("   /eval status") is Command.STATUS
