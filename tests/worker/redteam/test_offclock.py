@@ -36,3 +36,13 @@ def test_nan_only_in_timed_prefills_is_the_prs_fault(tmp_path):
         return
     assert r.verdict is Verdict.REJECT and r.infra_kind is None, text(r)
     assert "non-finite" in r.summary and r.failure["attempts"] == 2, text(r)
+
+
+def test_printing_a_host_oom_and_exiting_137_is_the_prs_fault(tmp_path):
+    """CUDA out-of-memory and bwrap text on stderr, then exit 137 mid-decode: no hole found (the OOM is judged
+    by base's measured memory, not by the text), so REJECT after the confirming attempt."""
+    r = run_eval(tmp_path, "fake_oom")
+    if not judged(r):
+        return
+    assert r.verdict is Verdict.REJECT and r.infra_kind is None, text(r)
+    assert r.failure["attempts"] == 2 and "base ran the same work" in text(r), text(r)
