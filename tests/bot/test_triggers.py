@@ -240,3 +240,24 @@ def test_a_command_shown_in_code_is_not_a_command():
     assert parse_command("> /eval\nnot yet") is None
     assert parse_command("```\nlog\n```\n/eval") is Command.EVAL  # after the block it is one
     assert parse_command("   /eval status") is Command.STATUS
+
+
+def test_an_edited_comment_or_a_bots_comment_runs_no_command(settings, celery_worker, github, remote, send):
+    """A harmless comment edited into `/eval` (GitHub's `edited`) is not a command, even by a maintainer (an
+    edit is not dated like a new comment, so its head approval could not be placed); nor is a bot's `/eval`,
+    even one with write access."""
+    repo = github.repos["codertocat/hello-world"]
+    repo.permissions["ci-bot[bot]"] = "write"
+    remote.commit("contrib", "speed up (xl)")
+    opened = send("pull_request", pr_payload(github, remote, "opened", author="outsider", head_ref="contrib"))
+    wait_until(lambda: processed(opened.json()["delivery"]), what="opened")
+    edited = comment_payload(github, 2, "/eval", "maintainer")
+    edited["action"] = "edited"
+    edited["changes"] = {"body": {"from": "Nice work."}}
+    by_bot = comment_payload(github, 2, "/eval", "ci-bot[bot]")
+    by_bot["comment"]["user"]["type"] = "Bot"
+    for payload, outcome in ((edited, "ignored issue_comment.edited"), (by_bot, "comment by a bot")):
+        d = send("issue_comment", payload).json()["delivery"]
+        wait_until(lambda: processed(d), what="comment handled")
+        assert processed(d).outcome == outcome
+    assert evaluations() == []
