@@ -178,14 +178,27 @@ def settings(migrated, redis_ns, rsa_key, github, celery_app):
     reset_github_app()
 
 
-def _truncate(url: str) -> None:
+def _truncate(url: str, attempts: int = 5) -> None:
+    """Empty every table. A previous test's background work may still hold row locks; where PostgreSQL
+    picks this TRUNCATE as a deadlock's victim (or it waits past the lock timeout), try again."""
     from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
 
     from bot.db.engine import engine_for
     from bot.db.models import Base
     names = ", ".join(t.name for t in Base.metadata.sorted_tables)
-    with engine_for(url).begin() as conn:
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    engine = engine_for(url)
+    for attempt in range(attempts):
+        try:
+            with engine.begin() as conn:
+                if engine.dialect.name == "postgresql":
+                    conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+                conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            return
+        except OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 # ---- webhook helpers ------------------------------------------------------------------------------
