@@ -38,9 +38,18 @@ def code_block(text: object, cap: int = BLOCK_CAP, lang: str = "") -> str:
     return f"{fence}{lang}\n{s}\n{fence}"
 
 
+def code_span(text: object, cap: int = 120) -> str:
+    """Inline code (branch names): fenced by one more backtick than its longest run, so a backtick in a
+    ref name (git allows it) cannot close the span and let `<!--` or Markdown after it render."""
+    s = plain(text, cap)
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
 def plain(text: object, cap: int = 200) -> str:
     """One line without control characters (commit titles, check titles): no Markdown is rendered there."""
     return _cap(" ".join(_CONTROL.sub(" ", str(text or "")).split()), cap)
 
 
-FILTERS = {"md": inline, "codeblock": code_block, "plain": plain}
+FILTERS = {"md": inline, "codeblock": code_block, "code": code_span, "plain": plain}

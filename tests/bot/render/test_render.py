@@ -105,3 +105,18 @@ def test_worker_report_prints_both_one_sided_floors():
     console = Console(width=200, record=True)
     console.print(verdict_table(result_for("xl", repo="r", pr=1, base_sha="b", head_sha="h")))
     assert "−1.2% / +1.5%" in console.export_text()  # the terminal table too
+
+
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")  # CommonMark: closed by a run of the same length
+
+
+def test_a_backtick_in_a_branch_name_cannot_close_its_code_span():
+    """git allows ` < > | in ref names: a base branch named to break out of its code span must stay inside it."""
+    evil = "rel` <!-- hidden | **XL** x"
+    texts = [render.render("main_moved.md.j2", base_ref=evil, winner_number=7, needs_rebase=False),
+             render.render("merge_first_winner.md.j2", speedup=0.2, gate="decode@512", verdict=Verdict.XL,
+                           head_sha="a" * 40, base_ref=evil, base_sha="b" * 40)]
+    for text in texts:
+        outside = _CODE_SPAN.sub("", text)
+        assert "<!--" not in outside and "**XL**" not in outside, outside
+        assert evil in text
