@@ -47,7 +47,9 @@ class ModelSpec(BaseModel):
 
 # How a timed request is carried out by the trusted driver (what it copies, where, pinned or not): bump it
 # when that changes, so that A/A history measured the old way is never read as this way's null.
-TIMING_PROTOCOL = 3  # 3: a timed prefill unmasks its staged prompt (worker/harness/masking.py)
+# 3: a timed prefill unmasks its staged prompt (worker/harness/masking.py), and a timed generate decodes the
+# secret lead token it brings before its greedy steps (worker/gates/bench.py; decode tok/s counts n + 1 tokens)
+TIMING_PROTOCOL = 3
 
 
 class ProfileSettings(BaseModel):

@@ -1,7 +1,9 @@
 """Speed gates: interleaved (ABBA) timed requests to two live revision processes.
 
-Per decode gate and rep: untimed-for-this-gate `prefill(prompt[:N])`, then `generate_greedy(M)`
-timed → M / seconds. Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
+Per decode gate and rep: untimed-for-this-gate `prefill(prompt[:N])`, then a timed generate that brings
+a secret lead token: `decode(lead)` + `generate_greedy(M)` → (M + 1) / seconds. Until the generate request the
+continuation depends on a token the revision cannot know, so neither an untimed prefill nor the gap before
+the generate can hold any of its decode work (precomputing for every lead is vocab x M steps). Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
 Each rep uses a fresh prompt (same one for base and head), so caching answers cannot help; the
 emitted ids and the last-position logits of every prefill are kept for the output checks against
 the trusted reference (worker/gates/verify.py). The revision that is not being timed is frozen
@@ -10,6 +12,7 @@ the trusted reference (worker/gates/verify.py). The revision that is not being t
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -33,11 +36,19 @@ class GateSpec:
     name: str
     metric: str  # decode_tok_s | prefill_tok_s
     context: int
-    tokens: int  # tokens per timed request
+    # Tokens per timed request, what tok/s divides by: a prefill gate's prompt length; a decode gate's
+    # decode steps on the clock, the lead token's decode + the `generate_n` greedy steps (the lead is decode
+    # work: with only the greedy steps counted, every decode tok/s would read low by a factor n / (n + 1)).
+    tokens: int
+
+    @property
+    def generate_n(self) -> int:
+        """Greedy steps a decode gate's timed generate asks for (its ids); the lead's decode comes first."""
+        return self.tokens - 1
 
 
 def gate_specs(model: ModelSpec, profile: ProfileSettings) -> list[GateSpec]:
-    return [GateSpec(gate_name("decode_tok_s", c), "decode_tok_s", c, profile.decode_tokens)
+    return [GateSpec(gate_name("decode_tok_s", c), "decode_tok_s", c, profile.decode_tokens + 1)
             for c in model.decode_contexts] + [
         GateSpec(gate_name("prefill_tok_s", c), "prefill_tok_s", c, c) for c in model.prefill_contexts]
 
@@ -59,6 +70,7 @@ class Sample:
     seconds: float  # by the gate's clock
     wall_seconds: float | None = None
     ids: list[int] | None = None  # decode: emitted ids
+    lead: int | None = None  # decode: the secret lead token its generate decoded first (ids continue from it)
     argmax: int | None = None  # prefill: argmax of the last logits
     logits: np.ndarray | None = field(default=None, repr=False)  # last-position logits of the prefill (parent's copy)
     # decode: every step's logits (n x vocab) the revision wrote inside the timed request, copied out
@@ -71,6 +83,7 @@ class Sample:
 class Sweep:
     gates: list[GateSpec]
     prompts: dict[str, list[int]] = field(default_factory=dict)
+    leads: dict[str, int] = field(default_factory=dict)  # prompt key -> its generate's lead token (secret)
     samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # one per rep
     checked: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)  # every timed run
     idle_cpu_s: dict[str, float] = field(default_factory=dict)
@@ -106,11 +119,11 @@ def _timed(proc: RevisionProcess, wall: float, clock: str, what: str) -> float:
 
 def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
              key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
-             keep_steps: bool = False, unmask: str | None = None) -> list[Sample]:
+             keep_steps: bool = False, unmask: str | None = None, lead: int | None = None) -> list[Sample]:
     """_measure_at, with a fault that names the context that did not fit or finish."""
     try:
         return _measure_at(proc, context, prefill_gate, decode_gate, key, timeout, phase, clock, step_logits,
-                           keep_steps, unmask)
+                           keep_steps, unmask, lead)
     except RevisionFault as f:
         gates = ", ".join(g.name for g in (prefill_gate, decode_gate) if g is not None)
         f.detail = f"at context {context} ({gates}): {f.detail}"
@@ -120,15 +133,16 @@ def _measure(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None,
 
 def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | None, decode_gate: GateSpec | None,
                 key: str, timeout: float, phase: str, clock: str = "wall", step_logits: bool = False,
-                keep_steps: bool = False, unmask: str | None = None) -> list[Sample]:
-    """`prefill(prompt[:context])`, then `generate_greedy(M)` when a decode gate sits at this context.
+                keep_steps: bool = False, unmask: str | None = None, lead: int | None = None) -> list[Sample]:
+    """`prefill(prompt[:context])`, then `decode(lead)` + `generate_greedy(M)` when a decode gate sits here.
 
     The prefill is timed for the prefill gate (if any); the generate for the decode gate. One
     prompt serves both, so a decode gate costs no extra prefill when both lists share a context.
     `step_logits`: every timed generate also writes each step's logits into shared memory (the same
     request every time, so the revision cannot tell which ones are verified); `keep_steps`: the
     parent copies them out of this one (a rep it drew for verification). `unmask`: the seed of the staged
-    prompt's mask (worker/harness/masking.py), sent only now.
+    prompt's mask (worker/harness/masking.py), sent only now. `lead`: the generate's lead token, sent only
+    with the generate (an untimed prefill, or the gap after any prefill, cannot decode ahead: module doc).
     """
     out = []
     extra = {"unmask": unmask} if unmask else {}
@@ -140,24 +154,27 @@ def _measure_at(proc: RevisionProcess, context: int, prefill_gate: GateSpec | No
         out.append(Sample(proc.role, prefill_gate.name, -1, key, prefill_gate.tokens / secs, secs,
                           wall_seconds=wall, argmax=argmax, logits=last))
     if decode_gate is not None:
+        n = decode_gate.generate_n
         extra = {"step_logits": True} if step_logits else {}
-        resp, wall = proc.request("generate", n=decode_gate.tokens, phase=phase, timeout=timeout, **extra)
+        if lead is not None:
+            extra["lead"] = lead
+        resp, wall = proc.request("generate", n=n, phase=phase, timeout=timeout, **extra)
         secs = _timed(proc, wall, clock, decode_gate.name)
         ids = resp.get("ids")
-        if not (isinstance(ids, list) and len(ids) == decode_gate.tokens and all(type(t) is int for t in ids)):
+        if not (isinstance(ids, list) and len(ids) == n and all(type(t) is int for t in ids)):
             raise RevisionFault(proc.role, phase, "protocol", f"generate answered {str(ids)[:120]}")
         steps = resp.get("steps") if step_logits else None
         rows = None
         if steps is not None and type(steps) is not int:
             raise RevisionFault(proc.role, phase, "protocol", f"generate answered steps={str(steps)[:40]}")
-        if keep_steps and steps == decode_gate.tokens:
-            rows = proc.read_logits(resp, decode_gate.tokens, phase)  # shape checked against n x vocab
+        if keep_steps and steps == n:
+            rows = proc.read_logits(resp, n, phase)  # shape checked against n x vocab
             if not np.all(np.isfinite(rows)):  # NaN rows = steps its generate never wrote
                 raise RevisionFault(proc.role, phase, "nonfinite", f"{decode_gate.name}: per-step logits of the timed "
                                     "generate are not finite")
         out.append(Sample(proc.role, decode_gate.name, -1, key, decode_gate.tokens / secs, secs,
-                          wall_seconds=wall, ids=ids, logits=last, step_logits=rows,
-                          steps_returned=steps if steps is None else min(steps, decode_gate.tokens)))
+                          wall_seconds=wall, ids=ids, lead=lead, logits=last, step_logits=rows,
+                          steps_returned=steps if steps is None else min(steps, n)))
     return out
 
 
@@ -196,6 +213,8 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
             for i in range(inner):
                 k = key(c, rep, i)
                 sweep.prompts[k] = prompt_ids(vocab, c, model_sha, c, sweep_id, rep, i)
+                # the generate's lead: fresh, secret, sent with that request only; one for both roles (one reference)
+                sweep.leads[k] = secrets.randbelow(vocab)
                 for r in roles:  # masked: staged before any timing, nothing to precompute from (masking.py)
                     masked, seeds[(r, k)] = masking.mask(sweep.prompts[k], vocab)
                     procs[r].request("stage", key=k, ids=masked, phase="stage", timeout=timeout)
@@ -217,7 +236,7 @@ def run_sweep(procs: dict[str, RevisionProcess], gates: list[GateSpec], *, vocab
                 out = _measure(procs[r], c, at.get(("prefill_tok_s", c)), at.get(("decode_tok_s", c)),
                                key(c, rep, i), timeout, phase, clock, step_logits,
                                phase == "measure" and (keep_steps is None or rep in keep_steps),
-                               seeds[(r, key(c, rep, i))])
+                               seeds[(r, key(c, rep, i))], sweep.leads[key(c, rep, i)])
                 reading = (idle_check(procs[r], other, t0, time.time())
                            if idle_check is not None and phase == "measure" else None)
             finally:

@@ -1,8 +1,9 @@
 """Output checks of the timed requests against the trusted reference (issue 13 item 6).
 
-Timed decode: for the reps drawn for verification, every emitted token is teacher-forced through
-the reference (`teacher_logits`: its logits at each step, into shared memory; every reduction
-here). Each step's token must be the reference's argmax within the tie tolerance (paired against
+Timed decode: for the reps drawn for verification, the secret lead token the generate brought and every
+emitted token are teacher-forced through the reference (`teacher_logits`: its logits at each step, into shared
+memory; every reduction here): the continuation must start from the lead, so a revision that decoded ahead
+from the prefill's argmax (before it could know the lead) emits the wrong tokens. Each step's token must be the reference's argmax within the tie tolerance (paired against
 base's misses on the same prompts), and where the revision returned its own per-step logits inside
 the timed request, KL(reference || revision) is taken at every step.
 
@@ -113,20 +114,22 @@ class OutputCheck:
 
 
 def teacher_rows(reference: RevisionProcess, sweep, key: str, emitted: list[int], timeout: float,
-                 cache: dict) -> np.ndarray:
-    """The reference's logits teacher-forced on `emitted`: row 0 = the prompt's last position, row i+1
-    after decoding emitted[i]. Cached per prompt; a prefill check reuses any cached row 0."""
+                 cache: dict, lead: int | None = None) -> np.ndarray:
+    """The reference's logits teacher-forced on `[lead] + emitted`: row 0 = the prompt's last position, then
+    (with a lead) row 1 after decoding the lead, whose argmax is emitted[0]; row i+1+(lead given) after decoding
+    emitted[i]. Cached per prompt, lead and ids; a prefill check reuses any cached row 0 (the same for any lead)."""
     per = cache.setdefault(key, {})
-    if tuple(emitted) in per:
-        return per[tuple(emitted)]
-    if not emitted and per:
+    forced = ([] if lead is None else [int(lead)]) + list(emitted)
+    if (lead, tuple(emitted)) in per:
+        return per[(lead, tuple(emitted))]
+    if not forced and per:
         return next(iter(per.values()))[:1]
     if ("staged", key) not in cache:
         reference.request("stage", key=key, ids=sweep.prompts[key], phase="verify", timeout=timeout)
         cache[("staged", key)] = True
-    resp, _ = reference.request("teacher_logits", key=key, emitted=list(emitted), phase="verify", timeout=timeout)
-    rows = reference.read_logits(resp, len(emitted) + 1, "verify").reshape(len(emitted) + 1, -1)
-    per[tuple(emitted)] = rows
+    resp, _ = reference.request("teacher_logits", key=key, emitted=forced, phase="verify", timeout=timeout)
+    rows = reference.read_logits(resp, len(forced) + 1, "verify").reshape(len(forced) + 1, -1)
+    per[(lead, tuple(emitted))] = rows
     return rows
 
 
@@ -135,7 +138,9 @@ def verify_outputs(sweep, role: str, gate, reference: RevisionProcess, *, timeou
     """Teacher-forced check of every step of the timed outputs of the verified reps.
 
     An emitted id agrees when the reference's logit for it is within `tie_tol` of the reference's
-    max (so a near-tie broken the other way by a different but valid summation order passes).
+    max (so a near-tie broken the other way by a different but valid summation order passes). A decode's
+    ids are checked from the row after its lead (`Sample.lead`, teacher-forced first), its per-step logits
+    against the rows after each emitted id.
     """
     cache = {} if cache is None else cache
     hits = total = 0
@@ -145,7 +150,9 @@ def verify_outputs(sweep, role: str, gate, reference: RevisionProcess, *, timeou
             continue
         decode = s.ids is not None
         emitted = s.ids if decode else [s.argmax]
-        rows = teacher_rows(reference, sweep, s.prompt_key, emitted if decode else [], timeout, cache)
+        lead = s.lead if decode else None
+        rows = teacher_rows(reference, sweep, s.prompt_key, emitted if decode else [], timeout, cache, lead)
+        rows = rows if lead is None else rows[1:]  # from the row whose argmax is emitted[0]
         for step, t in enumerate(emitted):
             mx = float(rows[step].max())
             if float(rows[step][t]) >= mx - tie_tol * max(1.0, abs(mx)):

@@ -21,7 +21,7 @@ import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 5
+DRIVER_VERSION = 6
 _HEADER = struct.Struct(">I")
 
 
@@ -206,12 +206,18 @@ class Driver:
         return {"ok": True, "shape": shape}
 
     def generate(self, req):
-        """Timed: greedy ids; with `step_logits`, every decode step's logits too, written into the
-        parent's shared memory inside the timed request (rows n x vocab; `steps` says how many the
-        revision's generate_greedy produced through engine.decode: 0 when it bypasses it)."""
+        """Timed: `decode(lead)`, then greedy ids; with `step_logits`, every greedy step's logits too, written
+        into the parent's shared memory inside the timed request (rows n x vocab; `steps` says how many the
+        revision's generate_greedy produced through engine.decode: 0 when it bypasses it).
+
+        `lead`: a token the parent drew in secret and sends only now; the continuation starts from it, so no
+        decode step could be done before this request (in an untimed prefill, or after any prefill's answer).
+        Its decode is called here, before the step hook goes on: only generate_greedy's own decodes count."""
         n = int(req["n"])
         steps = []
         engine = self.engine
+        if req.get("lead") is not None:
+            engine.decode(int(req["lead"]))
         if req.get("step_logits") and self.torch is not None and _accepts(engine.generate_greedy, "logits_out"):
             return self._generate_into(n)
         hooked = bool(req.get("step_logits")) and hasattr(engine, "__dict__")
@@ -314,7 +320,7 @@ class Driver:
     def _generate_into(self, n):
         """An engine whose generate_greedy bypasses engine.decode (a graph-captured loop) may take
         `logits_out`, an n x vocab float32 device buffer it fills with each step's logits. NaN until
-        written, so rows it leaves unwritten cannot pass the parent's check."""
+        written, so rows it leaves unwritten cannot pass the parent's check. (The lead is decoded already.)"""
         torch = self.torch
         buf = torch.full((n, self.vocab), float("nan"), dtype=torch.float32,
                          device=getattr(self.engine, "device", "cpu"))

@@ -104,6 +104,68 @@ def test_a_head_that_returns_no_step_logits_is_counted_not_passed():
     assert merged.steps_not_returned == 4 and merged.checked_tokens == 16
 
 
+class MarkovReference:
+    """A reference whose logits after a token depend on that token only (row `t` of a V x V table; row 0 of the
+    answer, the prompt's last position, is `first`): teacher forcing on different leads gives different rows."""
+
+    def __init__(self, first, table):
+        self.first, self.table, self.forced = first, table, []
+
+    def request(self, op, *, phase, timeout, **kw):
+        if op == "teacher_logits":
+            self.forced.append(list(kw["emitted"]))
+            self.rows = np.stack([self.first] + [self.table[t] for t in kw["emitted"]])
+            return {"ok": True, "shape": list(self.rows.shape)}, 0.0
+        return {"ok": True}, 0.0
+
+    def read_logits(self, resp, rows, phase):
+        return self.rows.copy()
+
+    def greedy(self, start, n):
+        ids, t = [], start
+        for _ in range(n):
+            t = int(self.table[t].argmax())
+            ids.append(t)
+        return ids
+
+
+def test_the_decode_check_teacher_forces_the_lead_token_first():
+    """A timed generate continues from the secret lead it brought (decode(lead), then greedy): a revision that
+    ignores it and decodes from the prefill's argmax as before emits a continuation the check refuses."""
+    rng = np.random.default_rng(3)
+    V = 40
+    first, table = rng.standard_normal(V).astype(np.float32) * 4, rng.standard_normal((V, V)).astype(np.float32) * 4
+    ref = MarkovReference(first, table)
+    argmax = int(first.argmax())
+    lead = (argmax + 7) % V
+    honest = ref.greedy(lead, 4)  # decode(lead), then 4 greedy steps
+    ignored = [argmax] + ref.greedy(argmax, 3)  # greedy from the prefill's argmax: the lead never decoded
+    assert honest != ignored
+    g = GateSpec("decode@8", "decode_tok_s", 8, 5)
+    sw = Sweep([g], prompts={"k0": [1] * 8})
+    sw.checked[("base", g.name)] = [Sample("base", g.name, 0, "k0", 1.0, 1.0, ids=honest, lead=lead,
+                                           step_logits=table[honest].copy())]
+    sw.checked[("head", g.name)] = [Sample("head", g.name, 0, "k0", 1.0, 1.0, ids=ignored, lead=lead,
+                                           step_logits=table[ignored].copy())]
+    cache: dict = {}
+    base = verify_outputs(sw, "base", g, ref, timeout=1, tie_tol=1e-3, cache=cache)
+    assert ref.forced == [[lead] + honest]  # the lead first, then the emitted ids
+    assert base.misses == 0 and base.checked_tokens == 4 and base.step_kl_steps == 4 and base.step_kl_max < 1e-9
+    head = verify_outputs(sw, "head", g, ref, timeout=1, tie_tol=1e-3, cache=cache)
+    assert head.misses >= 1 and head.miss_at[0] == ("k0", 0)
+    assert judge_steps("m", g.name, head, base, extra_misses=0, floor=1e-3, ratio=4.0, base_max=0.1)
+    # the cache is keyed by the lead too: base's ids under another lead are checked afresh, and miss
+    sw.checked[("head", g.name)][0] = Sample("head", g.name, 0, "k0", 1.0, 1.0, ids=honest, lead=(lead + 1) % V)
+    assert verify_outputs(sw, "head", g, ref, timeout=1, tie_tol=1e-3, cache=cache).misses >= 1
+
+
+def test_a_head_that_ignores_the_lead_token_is_caught(tmp_path, cache):
+    """Its first decode after a prefill (the lead) is skipped: the tokens of before the lead, one step cheaper."""
+    r = eval_fakes(tmp_path, head="ignore_lead", **DECODE)
+    assert r.verdict is Verdict.REJECT, r.summary
+    assert "not the reference's choice (base 0" in r.summary
+
+
 class StubProc:
     """A revision process as run_sweep sees it: answers every request with a vocabulary-30 row per step."""
     track_cpu, last_oncpu_s = False, None
@@ -192,7 +254,7 @@ def _step_rows(tmp_path, root, name):
         proc.request("load", path=str(m), device="cpu", max_context=256, backend="auto", phase="load", timeout=60)
         proc.request("stage", key="k", ids=list(range(1, 40)), phase="stage", timeout=10)
         proc.request("prefill", key="k", phase="measure", timeout=10)
-        resp, _ = proc.request("generate", n=5, step_logits=True, phase="measure", timeout=10)
+        resp, _ = proc.request("generate", n=5, lead=7, step_logits=True, phase="measure", timeout=10)
         return resp["steps"], proc.read_logits(resp, 5, "measure")
 
 
@@ -203,7 +265,7 @@ def test_an_engine_with_its_own_loop_fills_logits_out_like_the_decode_hook(tmp_p
 
     steps, hooked = _step_rows(tmp_path, GOOD, "good")
     steps2, fused = _step_rows(tmp_path, _fused_runtime(tmp_path, True), "fused")
-    assert steps == steps2 == 5
+    assert steps == steps2 == 5  # the lead's decode (the driver's own call) is not one of generate_greedy's steps
     np.testing.assert_array_equal(hooked, fused)
     _, unfilled = _step_rows(tmp_path, _fused_runtime(tmp_path, False), "unfilled")
     assert np.isnan(unfilled).all()  # rows it never wrote stay NaN: the parent refuses them
