@@ -20,6 +20,18 @@ def test_precomputing_staged_prompts_gains_nothing(tmp_path):
         assert g.head_median < 1.5 * g.base_median, g
 
 
+def test_decoding_ahead_off_the_clock_gains_nothing(tmp_path):
+    """decode@32 has no prefill gate, so its prefill is untimed: the greedy continuation decoded inside it and in
+    the gap after its answer, replayed in the timed generate (+267 % / +318 % decode before the generate brought a
+    secret lead token to start from)."""
+    r = run_eval(tmp_path, "decode_ahead")
+    if not judged(r):
+        return
+    assert r.verdict not in TIERS, text(r)
+    for g in r.gates:
+        assert g.head_median < 1.5 * g.base_median, g
+
+
 def test_a_head_that_labels_its_crash_a_sandbox_fault_is_not_infra(tmp_path):
     """Its patched driver answers kind "sandbox" for its own exception (INFRA sandbox_failure before)."""
     r = run_eval(tmp_path, "forge_fault")
