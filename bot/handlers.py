@@ -81,7 +81,7 @@ class Handlers:
     # ---- pull_request ---------------------------------------------------------------------------
     def pull_request(self, session: Session, payload: dict) -> str:
         action = payload.get("action")
-        if action not in ("opened", "reopened", "synchronize", "labeled", "closed"):
+        if action not in ("opened", "reopened", "synchronize", "labeled", "closed", "edited"):
             return f"ignored pull_request.{action}"
         repo = self._repo(session, payload)
         previous_head = session.scalar(select(PullRequest.head_sha).where(
@@ -104,6 +104,14 @@ class Handlers:
             return f"{action}: pull request is closed, nothing queued"
         if action == "labeled":
             return self._labeled(session, repo, pr, payload, sender)
+        if action == "edited":
+            # Retargeted: a verdict measured against the old base says nothing about merging into the new one.
+            base_from = ((((payload.get("changes") or {}).get("base") or {}).get("ref") or {}).get("from"))
+            if not base_from or base_from == pr.base_ref:
+                return "edited: title or body only, nothing queued"
+            for ev in self.service.active(session, pr):
+                if ev.base_ref != pr.base_ref:
+                    self.service.end(session, pr, ev, EvalState.SUPERSEDED)
 
         new_push = action == "synchronize" or (previous_head is not None and previous_head != pr.head_sha)
         if new_push:

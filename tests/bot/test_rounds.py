@@ -158,7 +158,7 @@ def test_a_winner_github_refuses_to_merge_does_not_stall_every_round(settings, c
 
 def test_only_a_speedup_measured_against_the_branch_it_merges_into_wins(settings, celery_worker, github, remote,
                                                                         send):
-    """#3 was measured against main, then retargeted to `release` (an `edited` event: not handled); #4 was
+    """#3 was measured against main, then retargeted to `release` (its `edited` event not yet handled); #4 was
     measured against `release` (any branch will do as a slow base). Neither speedup says anything about what
     merging it does to main, so #2 (+45 % against main, still targeting it) wins."""
     from bot.testing.github_server import PullState

@@ -261,3 +261,31 @@ def test_an_edited_comment_or_a_bots_comment_runs_no_command(settings, celery_wo
         wait_until(lambda: processed(d), what="comment handled")
         assert processed(d).outcome == outcome
     assert evaluations() == []
+
+
+def test_a_retargeted_pull_request_is_evaluated_against_its_new_base(settings, celery_worker, github, remote, send):
+    """Changing a PR's base sends `pull_request.edited` with `changes.base`: its verdict against the old base
+    says nothing about merging into the new one, so it is measured again there. A title edit queues nothing."""
+    repo = github.repos["codertocat/hello-world"]
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="evaluation against main")
+
+    title = pr_payload(github, remote, "opened")
+    title.update(action="edited", changes={"title": {"from": "PR 2 (old title)"}})
+    d = send("pull_request", title).json()["delivery"]
+    wait_until(lambda: processed(d), what="title edit handled")
+    assert "nothing queued" in processed(d).outcome and len(evaluations()) == 1
+
+    remote.commit("release", "release branch")  # a base of its own (a retarget to the same commit measures nothing new)
+    old_base = evaluations()[0].base_sha
+    repo.pulls[2].base_ref = "release"
+    retarget = pr_payload(github, remote, "opened")
+    retarget.update(action="edited", changes={"base": {"ref": {"from": "main"}, "sha": {"from": old_base}}})
+    assert retarget["pull_request"]["base"]["ref"] == "release"
+    d = send("pull_request", retarget).json()["delivery"]
+    wait_until(lambda: processed(d), what="retarget handled")
+    wait_until(finished(2), what="evaluation against release")
+    first, second = evaluations()
+    assert (first.base_ref, second.base_ref) == ("main", "release")
+    assert second.base_sha == retarget["pull_request"]["base"]["sha"] and second.head_sha == first.head_sha
