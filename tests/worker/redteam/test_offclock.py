@@ -10,26 +10,26 @@ from .conftest import run_eval
 pytestmark = pytest.mark.timed  # whole evaluations: speed gates and request deadlines
 
 
-def test_precomputing_staged_prompts_gains_nothing(tmp_path):
-    """Every prompt was staged before timing: its answers computed in `stage`, replayed when timed (+400 % decode, +540 % prefill before)."""
-    r = run_eval(tmp_path, "precompute_stage")
+def _gains_nothing(tmp_path, runtime: str) -> None:
+    """No tier, and no gate's head median 1.5x base's: the work moved off the clock bought no speed."""
+    r = run_eval(tmp_path, runtime)
     if not judged(r):
         return
     assert r.verdict not in TIERS, text(r)
     for g in r.gates:
         assert g.head_median < 1.5 * g.base_median, g
+
+
+def test_precomputing_staged_prompts_gains_nothing(tmp_path):
+    """Every prompt was staged before timing: its answers computed in `stage`, replayed when timed (+400 % decode, +540 % prefill before)."""
+    _gains_nothing(tmp_path, "precompute_stage")
 
 
 def test_decoding_ahead_off_the_clock_gains_nothing(tmp_path):
     """decode@32 has no prefill gate, so its prefill is untimed: the greedy continuation decoded inside it and in
     the gap after its answer, replayed in the timed generate (+267 % / +318 % decode before the generate brought a
     secret lead token to start from)."""
-    r = run_eval(tmp_path, "decode_ahead")
-    if not judged(r):
-        return
-    assert r.verdict not in TIERS, text(r)
-    for g in r.gates:
-        assert g.head_median < 1.5 * g.base_median, g
+    _gains_nothing(tmp_path, "decode_ahead")
 
 
 def test_a_head_that_labels_its_crash_a_sandbox_fault_is_not_infra(tmp_path):
