@@ -3,7 +3,8 @@
 Per decode gate and rep: untimed-for-this-gate `prefill(prompt[:N])`, then a timed generate that brings
 a secret lead token: `decode(lead)` + `generate_greedy(M)` → (M + 1) / seconds. Until the generate request the
 continuation depends on a token the revision cannot know, so neither an untimed prefill nor the gap before
-the generate can hold any of its decode work (precomputing for every lead is vocab x M steps). Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
+the generate can hold any of its decode work (precomputing for every lead is vocab x M steps).
+Per prefill gate and rep: `prefill(prompt[:N])` timed → N / seconds.
 Each rep uses a fresh prompt (same one for base and head), so caching answers cannot help; the
 emitted ids and the last-position logits of every prefill are kept for the output checks against
 the trusted reference (worker/gates/verify.py). The revision that is not being timed is frozen
