@@ -4,8 +4,9 @@ Timed decode: for the reps drawn for verification, the secret lead token the gen
 emitted token are teacher-forced through the reference (`teacher_logits`: its logits at each step, into shared
 memory; every reduction here): the continuation must start from the lead, so a revision that decoded ahead
 from the prefill's argmax (before it could know the lead) emits the wrong tokens. Each step's token must be
-the reference's argmax within the tie tolerance (paired against base's misses on the same prompts), and where the revision returned its own per-step logits inside
-the timed request, KL(reference || revision) is taken at every step.
+the reference's argmax within the tie tolerance (paired against base's misses on the same prompts), and
+where the revision returned its own per-step logits inside the timed request, KL(reference || revision) is
+taken at every step.
 
 Timed prefill:
 
