@@ -40,6 +40,12 @@ DENIED = (
     "iopl", "ioperm", "uselib", "lookup_dcookie",
 )
 
+# Refused with another errno than EPERM. fallocate(FALLOC_FL_KEEP_SIZE) reserves disk blocks without growing
+# the file, so RLIMIT_FSIZE never applies: on the stderr log (a host file) or in a writable host directory it
+# would take any amount of the host's disk. EOPNOTSUPP makes glibc's posix_fallocate fall back to writing
+# zeros, which the limit caps.
+OTHER_ERRNO = {"fallocate": errno.EOPNOTSUPP}
+
 # Syscall numbers (Linux uapi: arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h);
 # tests/worker/redteam/test_escape.py checks them against this machine's kernel headers.
 SYSCALLS = {
@@ -52,7 +58,7 @@ SYSCALLS = {
         "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "quotactl": 179,
         "syslog": 103, "vhangup": 153, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
         "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 312, "pidfd_getfd": 438, "iopl": 172,
-        "ioperm": 173, "uselib": 134, "lookup_dcookie": 212, "clone": 56, "clone3": 435,
+        "ioperm": 173, "uselib": 134, "lookup_dcookie": 212, "clone": 56, "clone3": 435, "fallocate": 285,
     },
     "aarch64": {
         "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268,
@@ -63,7 +69,7 @@ SYSCALLS = {
         "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "quotactl": 60,
         "syslog": 116, "vhangup": 58, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
         "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 272, "pidfd_getfd": 438,
-        "lookup_dcookie": 18, "clone": 220, "clone3": 435,
+        "lookup_dcookie": 18, "clone": 220, "clone3": 435, "fallocate": 47,
     },
 }
 
@@ -104,5 +110,7 @@ def build_filter(arch: str | None = None, denied: tuple[str, ...] = DENIED) -> b
     ]
     for nr in nrs:
         prog += [_ins(BPF_JEQ_K, 0, 1, nr), _ins(BPF_RET_K, 0, 0, eperm)]
+    for name, err in OTHER_ERRNO.items():
+        prog += [_ins(BPF_JEQ_K, 0, 1, table[name]), _ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | err)]
     prog.append(_ins(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
     return b"".join(prog)

@@ -254,6 +254,30 @@ def test_scratch_is_size_capped(tmp_path):
     assert not list(tmp_path.rglob("fill"))  # scratch never lived on the host
 
 
+def test_fallocate_cannot_reserve_host_disk_past_the_file_size_limit(tmp_path):
+    """fallocate(FALLOC_FL_KEEP_SIZE) skips RLIMIT_FSIZE (the file's size never grows): on the stderr log (a
+    host file) and in a writable host dir (the compile cache) it reserved 2 GiB of real disk under a 1 GiB cap.
+    Refused now (EOPNOTSUPP, so glibc's posix_fallocate falls back to writes, which the limit does cap)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = textwrap.dedent(f"""
+        import ctypes, os, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        fd = os.open({str(cache / 'big')!r}, os.O_CREAT | os.O_WRONLY, 0o644)
+        res = [libc.fallocate(f, 1, 0, 2 << 30) == 0 or ctypes.get_errno() for f in (2, fd)]
+        with open('/tmp/small', 'wb') as f:
+            os.posix_fallocate(f.fileno(), 0, 1 << 20)  # ordinary use still works (glibc writes instead)
+            res.append(os.fstat(f.fileno()).st_size)
+        sys.stderr.write(repr(res))
+    """)
+    rc, out, _ = run_inside(tmp_path, code, writable=[cache])
+    assert rc == 0, out
+    assert eval(out.strip().splitlines()[-1]) == [errno.EOPNOTSUPP, errno.EOPNOTSUPP, 1 << 20]
+    held = sum(f.stat().st_blocks * 512 for f in tmp_path.rglob("*") if f.is_file())
+    assert held < (64 << 20), held  # no host disk was reserved
+
+
 def test_cpu_of_exited_threads_and_children_is_counted(tmp_path):
     code = textwrap.dedent("""
         import os, threading, time

@@ -94,6 +94,14 @@ def test_escapes_fail_and_trusted_code_is_untouched(tmp_path):
     assert trusted.read_text() == "# trusted\n" and _tree_digest(GOOD) == before
 
 
+def test_reserving_host_disk_past_the_file_size_limit_fails(tmp_path):
+    """fallocate(KEEP_SIZE) of 3 GiB on its stderr log and in its compile cache (RLIMIT_FSIZE is 1 GiB): refused."""
+    r = run_eval(tmp_path, "disk_fill")
+    if judged(r):
+        assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
+        assert "LEAKED" not in text(r)
+
+
 def test_fork_bomb_is_stopped_by_pids_max(tmp_path):
     t0 = time.monotonic()
     r = run_eval(tmp_path, "forkbomb")
