@@ -55,12 +55,21 @@ def _memfd(name: str, data: bytes) -> int:
 def _hand_over(dirs, uid: int) -> None:
     """The revision's writable directories (its own SHA's compile cache) belong to the host uid it
     runs as: 65534 where every bound path allows it, else root without capabilities. A cache made
-    under the other uid is unwritable (seen on the H200: PermissionError in Triton)."""
+    under the other uid is unwritable (seen on the H200: PermissionError in Triton).
+
+    Another process of the same SHA may be running in the cache meanwhile and swap a directory for a link to
+    a host one: every step is relative to a directory fd (os.fwalk), so no path is re-resolved and no link
+    is followed (a path-based lchown of `dir/name` follows a swapped-in `dir`)."""
     for top in dirs:
-        for root, subdirs, files in os.walk(top):
-            for name in (root, *(os.path.join(root, x) for x in subdirs + files)):
-                if os.lstat(name).st_uid != uid:
-                    os.lchown(name, uid, uid)
+        for _root, subdirs, files, dfd in os.fwalk(top):
+            if os.fstat(dfd).st_uid != uid:
+                os.fchown(dfd, uid, uid)
+            for name in subdirs + files:
+                try:
+                    if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid != uid:
+                        os.chown(name, uid, uid, dir_fd=dfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass  # removed meanwhile
 
 
 def _preexec(cg: RevisionCgroup | None, cpus: set[int] | None, as_limit: int | None, drop_uid: bool, fsize: int):

@@ -278,6 +278,59 @@ def test_fallocate_cannot_reserve_host_disk_past_the_file_size_limit(tmp_path):
     assert held < (64 << 20), held  # no host disk was reserved
 
 
+class _Listing:
+    """A finished directory listing that still quacks like os.scandir's iterator."""
+
+    def __init__(self, entries):
+        self._it = iter(entries)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def close(self):
+        pass
+
+
+def test_handing_over_the_compile_cache_follows_no_link_swapped_in_mid_walk(tmp_path, monkeypatch):
+    """The worker (root) chowns a revision's compile cache to the sandbox uid at each spawn while another process
+    of the same SHA (the evaluation's first head, beside each fresh pair's) may be running in it. That process
+    swaps a directory the walk has just listed for a symlink to a host directory: a path-based lchown of
+    `dir/name` follows the swapped-in parent and chowns a host file (e.g. /etc/shadow) to uid 65534. Simulated
+    deterministically: the swap happens right after the walk lists the directory."""
+    if os.getuid() != 0:
+        pytest.skip("the hand-over chowns only when the worker is root")
+    from worker.sandbox import process
+    cache, host = tmp_path / "cache", tmp_path / "host"
+    (cache / "sub").mkdir(parents=True)
+    host.mkdir()
+    (cache / "sub" / "shadow").write_text("planted")
+    (host / "shadow").write_text("root's")
+    os.chown(cache / "sub" / "shadow", 1234, 1234)  # not yet the sandbox uid: it gets chowned
+    real_scandir = os.scandir
+
+    def racing_scandir(arg=None):
+        entries = list(real_scandir(arg) if arg is not None else real_scandir())
+        listed = os.readlink(f"/proc/self/fd/{arg}") if isinstance(arg, int) else os.fspath(arg or ".")
+        if os.path.realpath(listed) == str(cache / "sub"):
+            os.rename(cache / "sub", cache / "sub.moved")
+            os.symlink(host, cache / "sub")  # the revision's swap, between the listing and the chown
+        return _Listing(entries)
+    monkeypatch.setattr(os, "scandir", racing_scandir)
+    process._hand_over([cache], 65534)
+    monkeypatch.undo()
+    assert os.lstat(host / "shadow").st_uid == 0  # the host file kept its owner
+    assert os.lstat(cache / "sub.moved" / "shadow").st_uid == 65534  # the cache's own file was handed over
+
+
 def test_cpu_of_exited_threads_and_children_is_counted(tmp_path):
     code = textwrap.dedent("""
         import os, threading, time
