@@ -246,6 +246,31 @@ def test_tmpfs_counts_against_the_memory_limit(tmp_path):
     assert rc != 0 and "DONE" not in out and facts["oom_kills"] > 0
 
 
+def test_signals_reach_no_host_process_and_dev_shm_counts_against_memory(tmp_path):
+    """No hole found: SIGSTOP to the worker's pid, to another host process and to -1 reaches nothing (own PID
+    namespace: ESRCH), and /dev (a tmpfs bwrap makes without a size cap) is charged to memory.max like /tmp."""
+    victim = subprocess.Popen(["sleep", "60"])
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        r = []
+        for pid in ({os.getpid()}, {victim.pid}, -1):
+            try: os.kill(pid, signal.SIGSTOP); r.append('SIGNALLED')
+            except OSError as e: r.append(e.errno)
+        sys.stderr.write(repr(r) + chr(10)); sys.stderr.flush()
+        f = open('/dev/shm/fill', 'wb')
+        for _ in range(400): f.write(b'x' * (1 << 20)); f.flush()
+        sys.stderr.write('DONE')
+    """)
+    try:
+        rc, out, facts = run_inside(tmp_path, code, memory_limit_bytes=128 << 20)
+        assert psutil.Process(victim.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        victim.kill()
+        victim.wait()
+    assert eval(out.splitlines()[0]) == [errno.ESRCH] * 3
+    assert rc != 0 and "DONE" not in out and facts["oom_kills"] > 0
+
+
 def test_scratch_is_size_capped(tmp_path):
     code = ("import os, sys\nn = 0\ntry:\n f = open(os.environ['HOME'] + '/fill', 'wb')\n while n < 200:\n"
             "  f.write(b'x' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n sys.stderr.write('STOP %d %s' % (n, e))")
