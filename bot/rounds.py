@@ -103,7 +103,7 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         if base_now != ev.base_sha:
             plan.steps.append(Step(pr.number, RoundAction.REEVALUATE, f"{ev.base_ref} moved {ev.base_sha[:7]} → "
                                    f"{base_now[:7]}: re-evaluating against it first"))
-            if not dry_run:
+            if not dry_run and still_at(session, service, pr, ev):
                 pr.base_sha = base_now
                 service.request_evaluation(session, pr, Trigger.ROUND)
             continue
@@ -144,14 +144,16 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         pr.is_open = False
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
-        for other, _ in others:
+        for other, other_ev in others:
             steps = [s for s in plan.steps if s.pr == other.number]
             if any(s.action is RoundAction.REEVALUATE or s.retargeted for s in steps):
                 continue  # already queued against the fresh base, or no longer based on it
             head_moved = any(s.head_moved for s in steps)
             publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
                                                           winner_number=pr.number, needs_rebase=False))
-            if not head_moved:  # a moved head is re-evaluated by its own push event
+            # A moved head is re-evaluated by its own push event (seen here, or handled since the candidates
+            # were read: the row is read again under its lock, never re-evaluated from the stale copy).
+            if not head_moved and still_at(session, service, other, other_ev):
                 other.base_sha = merged_sha
                 service.request_evaluation(session, other, Trigger.ROUND)
     rnd.state = RoundState.CLOSED
@@ -159,6 +161,14 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     rnd.outcome = "\n".join(plan.lines())
     open_round(session, repo, service.settings.round_window_s)  # the next window starts now
     return plan
+
+
+def still_at(session: Session, service: Service, pr: PullRequest, ev: Evaluation) -> bool:
+    """Lock the PR's row and read it again: still open at the evaluated head? A push or a close handled while
+    the round ran (its candidates were read unlocked, and each re-evaluation's commit releases every lock)
+    has already superseded or cancelled what the round would queue from its stale copy."""
+    fresh = service.lock_pull(session, pr.id)
+    return fresh.is_open and fresh.head_sha == ev.head_sha
 
 
 def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
