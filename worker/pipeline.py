@@ -289,6 +289,7 @@ class Evaluation:
         """Give the process its own revision's compile cache (worker/compile_cache.py): writable, per SHA."""
         d = compile_cache.compile_cache_dir(key)
         proc.writable = [*proc.writable, d]
+        proc.disk_max_bytes = compile_cache.MAX_BYTES_PER_REVISION  # read now, not at import: a test lowers it
         proc.env_extra = {**proc.env_extra, **compile_cache.compile_cache_env(d)}
 
     @contextmanager

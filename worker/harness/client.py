@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker import sandbox
+from worker import compile_cache, sandbox
 from worker.harness import frames
 from worker.harness.shm import DEFAULT_CAPACITY, LogitsBuffer
 
@@ -28,6 +28,19 @@ DRIVER_SRC = Path(__file__).with_name("driver.py")
 # The fault kinds a revision's own answer may carry (what driver.py says); every other kind (sandbox, timeout,
 # crashed, ...) is the parent's finding alone (worker/verdicts/faults.py makes some of them INFRA).
 ANSWER_KINDS = frozenset({"import", "protocol", "oom", "error"})
+
+
+def _empty(dirs: list[Path]) -> None:
+    """Remove everything inside `dirs` (the directories stay); rmtree never follows the revision's links."""
+    for d in dirs:
+        for entry in list(os.scandir(d)) if d.is_dir() else []:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
 
 
 class RevisionFault(Exception):
@@ -64,6 +77,8 @@ class RevisionProcess:
     env_extra: dict[str, str] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)  # values redacted from any log tail we return
     writable: list[Path] = field(default_factory=list)  # extra host dirs bound read-write (e.g. a compile cache)
+    disk_max_bytes: int = compile_cache.MAX_BYTES_PER_REVISION  # what it may leave in `writable` (sandbox/disk.py)
+    disk_max_entries: int = compile_cache.MAX_ENTRIES_PER_REVISION
     pids_max: int = 256
     allow_degraded: bool = False  # the development override: run under whatever sandbox layers work
     logits_capacity: int = DEFAULT_CAPACITY
@@ -77,6 +92,7 @@ class RevisionProcess:
         self.usage = ProcessUsage()
         self.hello: dict = {}
         self.track_cpu = False  # measure on-CPU time of each request too (CPU profiles)
+        self._disk: sandbox.DiskWatch | None = None
         self.last_oncpu_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -113,6 +129,11 @@ class RevisionProcess:
             os.close(w)
             raise RevisionFault(self.role, "start", "sandbox", f"could not start the sandbox: {exc}") from exc
         os.close(w)
+        if self.writable:
+            proc = self.proc
+            self._disk = sandbox.DiskWatch(self.writable, self.disk_max_bytes, self.disk_max_entries,
+                                           on_breach=lambda: proc.returncode is None and sandbox.kill_tree(proc))
+            self._disk.start()
         self.cgroup = getattr(self.proc, "cgroup", None)
         self.isolation = getattr(self.proc, "isolation", None)
         self._rfd = r
@@ -146,6 +167,7 @@ class RevisionProcess:
     def close(self) -> None:
         if self.proc is None:
             return
+        breach = self._disk.stop() if self._disk is not None else None  # no kill from the watch once it is reaped
         if self.proc.returncode is None:
             self.freeze(False)
             self._account()
@@ -165,6 +187,8 @@ class RevisionProcess:
             self._reap()
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self._disk is not None and (breach or self._disk.check()):
+            _empty(self.writable)  # over its cap: nothing of it stays on the host
         try:
             os.close(self._rfd)
         except OSError:
@@ -329,6 +353,7 @@ class RevisionProcess:
                                 f"{self.memory_limit_bytes >> 20} MiB limit; killed", self.log_tail())
 
     def _died(self, phase: str):
+        breach = self._disk.stop() if self._disk is not None else None  # killed by the disk watch?
         deadline = time.monotonic() + 2.0  # the channel closed: give it a moment to exit by itself
         while not self._reap(block=False) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -337,6 +362,8 @@ class RevisionProcess:
             self._reap()
         code = self.proc.returncode
         tail = self.log_tail()
+        if breach:
+            raise RevisionFault(self.role, phase, "disk", breach, tail)
         oom_killed = self.cgroup is not None and self.cgroup.oom_killed() > 0
         kind = "oom" if (oom_killed or "MemoryError" in tail or "out of memory" in tail.lower()
                          or (self.cgroup is None and code == -9)) else "crashed"

@@ -31,7 +31,7 @@ _INFRA_KIND = {"oom": InfraKind.OOM, "timeout": InfraKind.TIMEOUT, "sandbox": In
                "sandbox_unavailable": InfraKind.SANDBOX_UNAVAILABLE}
 _WHAT = {"load": "the model did not load", "oom": "ran out of memory", "timeout": "hung",
          "crashed": "crashed", "error": "raised", "nonfinite": "returned non-finite logits",
-         "constant": "returned constant logits",
+         "constant": "returned constant logits", "disk": "wrote past its disk cap",
          "idle_gpu": "kept the GPU busy while it was frozen and the other revision was timed"}
 OOM_HEADROOM = 0.9  # base fitting in 90 % of the limit means the box had room for what main needs
 

@@ -217,3 +217,18 @@ def test_the_development_override_is_marked_and_never_merged(tmp_path, monkeypat
     assert r.sandbox_override is True
     assert r.summary.startswith("DEVELOPMENT OVERRIDE") and "never merged" in r.summary
     assert r.to_dict()["sandbox_override"] is True  # what bot/rounds.py reads
+
+
+def test_filling_the_compile_cache_is_stopped_at_its_cap_and_wiped(tmp_path, monkeypatch, cache):
+    """Files under RLIMIT_FSIZE, as many as it likes, in its compile cache (the one host directory it may write,
+    kept after the evaluation): killed at the cap (lowered to 64 MiB here), the PR's fault, nothing left."""
+    from worker import compile_cache
+    from worker.sandbox.disk import usage
+    monkeypatch.setattr(compile_cache, "MAX_BYTES_PER_REVISION", 64 << 20)
+    r = run_eval(tmp_path, "cache_fill")
+    if not judged(r):
+        return
+    assert r.verdict is Verdict.REJECT and r.infra_kind is None, text(r)
+    assert "disk cap" in text(r), text(r)
+    left = usage(compile_cache.compile_cache_dir(r.head_sha), 10**6)
+    assert left.bytes < 1 << 20, left  # emptied after the kill
