@@ -91,6 +91,7 @@ class RoundAction(str, Enum):
 class WatchdogAction(str, Enum):
     LOST = "lost"  # the attempt's task is gone or overdue: INFRA, retried per settings
     RECOVER = "recover"  # the task finished but its result was never published: publish it
+    RESEND = "resend"  # the broker refused the attempt's task when it was dispatched: send it again
 
 
 class RoundState(str, Enum):

@@ -210,6 +210,8 @@ class Service:
             if ev.head_sha != pr.head_sha:
                 self.end(session, pr, ev, EvalState.SUPERSEDED, by=requested_by)
             else:
+                if ev.state is EvalState.QUEUED and ev.dispatched_at is None:
+                    self._dispatch(session, pr, ev, resend=True)  # its task never reached the broker: send it
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
         if trigger in (Trigger.AUTO, Trigger.APPROVAL):
@@ -242,23 +244,34 @@ class Service:
                 # The GPU side reads no settings of its own: it evaluates with these.
                 "settings": self.settings.eval.model_dump(mode="json")}
 
-    def _dispatch(self, session: Session, pr: PullRequest, ev: Evaluation, countdown: float = 0) -> None:
-        """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`."""
+    def _dispatch(self, session: Session, pr: PullRequest, ev: Evaluation, countdown: float = 0,
+                  resend: bool = False) -> None:
+        """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`. A task the broker
+        refuses leaves the attempt `dispatched_at` NULL (committed): the delivery's retry or the watchdog sends
+        it again (`resend`: the same attempt and check run; nothing was evaluated)."""
         repo = self.gh_repo(pr.repository)
-        view = render.run_view(ev, self.max_attempts, queue_info(session, ev, self.settings.gpu_workers))
-        ev.check_run_id = publish.create_check(
-            repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
-            details_url=self._pr_url(pr), output=render.check_output(view))
+        if not (resend and ev.check_run_id):
+            view = render.run_view(ev, self.max_attempts, queue_info(session, ev, self.settings.gpu_workers))
+            ev.check_run_id = publish.create_check(
+                repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
+                details_url=self._pr_url(pr), output=render.check_output(view))
         ev.celery_task_id = str(uuid.uuid4())
         ev.claimed_by = None  # a new attempt: bound to whichever worker claims it
         ev.dispatched_at = utcnow()
         job = self.job(pr, ev)
         session.commit()  # the result may come back before this session would otherwise commit
-        self.celery.send_task(
-            EVALUATE_TASK, args=[job], task_id=ev.celery_task_id, queue=GPU_QUEUE, countdown=countdown or None,
-            link=signature(RESULT_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE, app=self.celery),
-            link_error=signature(FAILURE_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE,
-                                 app=self.celery))
+        try:
+            self.celery.send_task(
+                EVALUATE_TASK, args=[job], task_id=ev.celery_task_id, queue=GPU_QUEUE, countdown=countdown or None,
+                link=signature(RESULT_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE, app=self.celery),
+                link_error=signature(FAILURE_TASK, args=[ev.id, ev.celery_task_id], queue=PUBLISH_QUEUE,
+                                     app=self.celery))
+        except Exception:
+            # Not sent: the attempt is not waited for as if it were (the watchdog would call it lost, an INFRA
+            # attempt charged to the PR for the broker's outage).
+            ev.dispatched_at = None
+            session.commit()
+            raise
         # Take the PR's lock again (the commit released it) before the sticky comment is touched.
         self.lock_pull(session, pr.id)
 
@@ -429,6 +442,18 @@ class Service:
         # A hung task may still hold its GPU: terminate it if it is anywhere; its late result is ignored anyway.
         self.celery.control.revoke(task_id, terminate=True)
         return self._apply(session, ev, pr, self._infra(ev, pr, reason, kind, detail, **context))
+
+    def resend(self, session: Session, eval_id: int, task_id: str | None) -> str:
+        """The watchdog: an attempt whose task the broker refused is sent now (the same attempt)."""
+        found = self._current(session, eval_id, task_id)
+        if isinstance(found, str):
+            return found
+        ev, pr = found
+        if ev.state is not EvalState.QUEUED or ev.dispatched_at is not None:
+            return f"evaluation {eval_id}: already sent"
+        self._dispatch(session, pr, ev, resend=True)
+        self.refresh_sticky(session, pr)
+        return f"evaluation {eval_id}: sent again (the broker had refused it)"
 
     def _store(self, ev: Evaluation, result: EvalResult) -> None:
         ev.result = result.to_dict()

@@ -102,6 +102,9 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
                                                    Evaluation.celery_task_id.is_not(None)).order_by(Evaluation.id))
     for ev in evs:
         task = ev.celery_task_id
+        if ev.state is EvalState.QUEUED and ev.dispatched_at is None:
+            out.append(Finding(ev.id, task, WatchdogAction.RESEND))  # never reached the broker (Service._dispatch)
+            continue
         since_dispatch = _age(ev.dispatched_at or ev.created_at, now) or 0.0
         if ev.state is EvalState.RUNNING:
             running_for = _age(ev.started_at, now) or since_dispatch
@@ -161,6 +164,8 @@ def _confirmed(findings: list[Finding], probe: TaskProbe, recheck_s: float) -> l
 
 def act(session: Session, service, finding: Finding) -> str:
     """Apply one finding (in its own transaction; the service re-checks under the PR's lock)."""
+    if finding.action is WatchdogAction.RESEND:
+        return service.resend(session, finding.eval_id, finding.task_id)
     if finding.action is WatchdogAction.RECOVER:
         state, result = finding.outcome
         if state == states.SUCCESS and isinstance(result, dict):

@@ -79,3 +79,80 @@ def test_a_push_to_a_loser_while_the_round_closes_keeps_its_new_heads_evaluation
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
     assert [e.state for e in evaluations() if e.head_sha == new_head] == [EvalState.DONE]
 
+
+# ---- the broker refuses the GPU task after the evaluation was committed --------------------------------------
+
+def refuse_gpu_sends(monkeypatch, times: int, after: int = 0) -> list[str]:
+    """After `after` sends of the evaluation task, the next `times` fail as a dead Redis makes them fail (after
+    the commit that stored the attempt); every other message goes through."""
+    from kombu.exceptions import OperationalError
+
+    from bot.queue.app import celery_app
+    from worker.queue.app import EVALUATE_TASK
+    app = celery_app()
+    real = app.send_task
+    refused: list[str] = []
+    sent: list[str] = []
+
+    def send_task(name, *args, **kwargs):
+        if name == EVALUATE_TASK:
+            if len(sent) >= after and len(refused) < times:
+                refused.append(kwargs.get("task_id"))
+                raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+            sent.append(kwargs.get("task_id"))
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(app, "send_task", send_task)
+    return refused
+
+
+def test_a_gpu_task_the_broker_refused_is_sent_again_by_the_deliverys_retry(settings, celery_worker, github, remote,
+                                                                           send, monkeypatch):
+    """Redis refused the evaluation task after its attempt was committed: the delivery fails and is retried, and
+    that retry must send the task (the same attempt: nothing was evaluated). It found the attempt `queued` and
+    did nothing: the evaluation waited for a task that never existed until the watchdog called the message
+    lost, charging the PR an INFRA attempt (so its tier, measured after one, never entered a round)."""
+    from tests.bot.test_faults import delivery, drain_until
+    from tests.bot.helpers import processed
+    remote.commit("changes", "speed up (xl)")
+    refused = refuse_gpu_sends(monkeypatch, 1)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="the refused send recorded on the delivery")
+    assert refused and "Connection refused" in delivery(d).last_error
+    drain_until(lambda: processed(d), settings, what="the delivery retried")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation run")
+    (ev,) = evaluations()
+    assert (ev.state, ev.attempt, ev.verdict) == (EvalState.DONE, 1, "XL")
+    runs = [r for r in github.check_runs.values() if r["head_sha"] == ev.head_sha]
+    assert [(r["status"], r["conclusion"]) for r in runs] == [("completed", "success")], runs
+    labels = github.repos["codertocat/hello-world"].pulls[2].labels
+    assert "eval:XL" in labels and "eval:INFRA" not in labels, labels
+
+
+def test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog(settings, celery_worker, github, remote, send,
+                                                                 monkeypatch):
+    """The first attempt came back INFRA and the retry's task was refused by Redis inside the result's task
+    (which nothing retries: its next run would be a stale attempt). The watchdog sends that attempt again at
+    its next look, not after its grace as a lost message (the PR's last attempt, INFRA for the broker's outage),
+    and its check run is the one completed."""
+    from bot.queue import watchdog
+    from bot.queue.app import celery_app
+    remote.commit("changes", "speed up (flaky)")  # INFRA on attempt 1, then XL
+    refused = refuse_gpu_sends(monkeypatch, 1, after=1)  # attempt 1 is sent, the retry refused
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(lambda: refused and evaluations()[0].attempt == 2 and evaluations()[0].dispatched_at is None,
+               what="the retry's send refused")
+    monkeypatch.undo()
+    (ev,) = evaluations()
+    assert ev.state is EvalState.QUEUED
+    service = Service()
+    with session_scope() as s:
+        findings = watchdog.inspect_active(s, settings, watchdog.TaskProbe(celery_app(), settings.worker_keys))
+    assert [(f.eval_id, f.action) for f in findings] == [(ev.id, "resend")]
+    with session_scope() as s:
+        assert "sent again" in watchdog.act(s, service, findings[0])
+    wait_until(lambda: not evaluations()[0].state.active, what="the retry run")
+    (ev,) = evaluations()
+    assert (ev.state, ev.attempt, ev.verdict) == (EvalState.DONE, 2, "XL")
+    runs = [r for r in github.check_runs.values() if r["head_sha"] == ev.head_sha]
+    assert [(r["status"], r["conclusion"]) for r in runs] == [("completed", "action_required"),
+                                                              ("completed", "success")], runs
