@@ -214,7 +214,8 @@ class Service:
                     self._dispatch(session, pr, ev, resend=True)  # its task never reached the broker: send it
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
-        if trigger in (Trigger.AUTO, Trigger.APPROVAL):
+        # A round's re-evaluation against a base already measured (another beat's, done meanwhile) is one too.
+        if trigger in (Trigger.AUTO, Trigger.APPROVAL, Trigger.ROUND):
             done = session.scalar(select(Evaluation).where(
                 Evaluation.pull_request_id == pr.id, Evaluation.head_sha == pr.head_sha,
                 Evaluation.base_sha == pr.base_sha, Evaluation.state == EvalState.DONE).limit(1))

@@ -156,3 +156,36 @@ def test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog(settings, cele
     runs = [r for r in github.check_runs.values() if r["head_sha"] == ev.head_sha]
     assert [(r["status"], r["conclusion"]) for r in runs] == [("completed", "action_required"),
                                                               ("completed", "success")], runs
+
+
+def test_two_beats_closing_one_round_at_once_merge_once(settings, celery_worker, github, remote, send, monkeypatch):
+    """Two publish workers' beats close the same due round: the second runs whole while the first is about to
+    merge its winner. One merge (GitHub refuses the second of the closed PR, and the loser's base has moved by
+    then), one winner comment, and one re-evaluation of the loser: the first beat, reading the loser's old
+    verdict, asked for another of the same head against the same new main after the second beat's was done
+    (a round's request now reuses a finished evaluation of that head and base, as a replayed push does)."""
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+    real_merge = publish.merge
+    plans = []
+
+    def merge_after_the_other_beat(*args, **kwargs):
+        if not plans:
+            plans.append(None)
+            in_thread(lambda: plans.append(close(dry_run=False)))
+            wait_until(lambda: all(not e.state.active for e in evaluations()), what="the second beat's re-evaluation")
+        return real_merge(*args, **kwargs)
+    monkeypatch.setattr(publish, "merge", merge_after_the_other_beat)
+    first = close(dry_run=False)
+    monkeypatch.undo()
+    second = plans[1]
+    assert (second.winner, first.winner) == (3, None)
+    assert "refused the merge" in {s.pr: s.reason for s in first.steps}[3]
+    repo = github.repos["codertocat/hello-world"]
+    assert [r.status for r in github.requests_for("pulls/merge")] == [200, 405]
+    assert sum("merge-first winner" in c["body"] for c in github.comments_on(repo, 3)) == 1
+    assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="the loser's re-evaluation")
+    assert [e.pull_request_id for e in evaluations()].count(evaluations()[0].pull_request_id) == 2
