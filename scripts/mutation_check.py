@@ -45,6 +45,7 @@ G = "tests/worker/guards/test_guards.py::"
 R = "tests/worker/redteam/test_evaluations.py::"
 E = "tests/worker/redteam/test_escape.py::"
 R2 = "tests/worker/redteam/test_offclock.py::"
+RACES = "tests/bot/test_races.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("regressions-never-hide", "13.4", "a regression blocks a tier even beside a speedup (MIXED or REJECT)",
@@ -252,6 +253,20 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("worker/harness/client.py", "        if self.writable:\n            proc = self.proc\n",
                "        if False:\n            proc = self.proc\n"),),
              (R + "test_filling_the_compile_cache_is_stopped_at_its_cap_and_wiped",)),
+    Mutation("round-rereads-a-loser-before-reevaluating", "bot", "a push during a round keeps its new head's evaluation",
+             (("bot/rounds.py", "if not head_moved and still_at(session, service, other, other_ev):", "if not head_moved:"),),
+             (RACES + "test_a_push_to_a_loser_while_the_round_closes_keeps_its_new_heads_evaluation",)),
+    Mutation("refused-dispatch-sent-again", "bot", "a GPU task the broker refused is sent again, never charged to the PR",
+             (("bot/service.py", "            ev.dispatched_at = None\n            session.commit()\n            raise",
+               "            session.commit()\n            raise"),
+              ("bot/service.py", "if ev.state is EvalState.QUEUED and ev.dispatched_at is None:", "if False:"),
+              ("bot/queue/watchdog.py", "if ev.state is EvalState.QUEUED and ev.dispatched_at is None:", "if False:")),
+             (RACES + "test_a_gpu_task_the_broker_refused_is_sent_again_by_the_deliverys_retry",
+              RACES + "test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog")),
+    Mutation("round-reuses-a-finished-evaluation", "bot", "two beats closing one round evaluate a loser once",
+             (("bot/service.py", "if trigger in (Trigger.AUTO, Trigger.APPROVAL, Trigger.ROUND):",
+               "if trigger in (Trigger.AUTO, Trigger.APPROVAL):"),),
+             (RACES + "test_two_beats_closing_one_round_at_once_merge_once",)),
     Mutation("history-keyed-by-hardware", "13.1", "A/A history is keyed by GPU UUID, driver, torch/triton, not hostname",
              (("worker/calibration/key.py",
                "    digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]",
