@@ -309,8 +309,10 @@ def _child_env(tree: Path) -> dict[str, str]:
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
     """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail)."""
     env = _child_env(tree)
+    # In path order: each package's tests together, so a package-scoped fixture (tests/bot's Celery worker) is set
+    # up once; ids in table order left tests/bot, then came back to an app whose broker pool had been closed.
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
-           *tests]
+           *sorted(dict.fromkeys(tests))]
     try:
         r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
