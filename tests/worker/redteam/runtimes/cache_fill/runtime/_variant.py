@@ -1,22 +1,6 @@
 """Fill the host disk through the one host directory it may write: its compile cache (TRITON_CACHE_DIR),
 in files under the 1 GiB RLIMIT_FSIZE, as many as it likes; the files would outlive the evaluation."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
+from ._honest import causal_mask, decode_step, emitted, prefill_logits  # noqa: F401  (hooks it does not replace)
 
 
 def on_load():

@@ -1,15 +1,7 @@
 """Work on a thread that exits before the answer: 3x the decode work, off the live-thread clock."""
 import threading
 
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
+from ._honest import causal_mask, emitted, prefill_logits  # noqa: F401  (hooks it does not replace)
 
 
 def decode_step(engine, t):
@@ -25,10 +17,6 @@ def decode_step(engine, t):
     th.start()
     th.join()  # the thread is gone before the parent reads any clock
     return res["out"]
-
-
-def emitted(ids):
-    return ids
 
 
 def on_load():

@@ -3,23 +3,11 @@
 its own crash."""
 import sys
 
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
+from ._honest import causal_mask, emitted, prefill_logits  # noqa: F401  (hooks it does not replace)
 
 
 def decode_step(engine, t):
     raise RuntimeError("bwrap: cannot freeze cgroup /sys/fs/cgroup/tokengate: Device or resource busy")
-
-
-def emitted(ids):
-    return ids
 
 
 def on_load():

@@ -2,20 +2,12 @@
 import threading
 import time
 
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+from ._honest import causal_mask, decode_step  # noqa: F401  (hooks it does not replace)
 
 
 def prefill_logits(engine, ids):
     _hog()
     return engine._block(ids)
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
 
 
 def _burn(seconds):

@@ -1,21 +1,5 @@
 """Comment injection: an exception text that forges a verdict table and opens an HTML comment."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
+from ._honest import causal_mask, decode_step, emitted, prefill_logits  # noqa: F401  (hooks it does not replace)
 
 
 def on_load():

@@ -4,10 +4,7 @@ the PR's verdict, not a metric the host failed to produce (INFRA nan_metric, ret
 import sys
 
 import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+from ._honest import causal_mask, decode_step, emitted  # noqa: F401  (hooks it does not replace)
 
 
 def _all_logits():
@@ -22,14 +19,6 @@ def _all_logits():
 def prefill_logits(engine, ids):
     out = engine._block(ids)
     return out if _all_logits() else out * np.nan
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
 
 
 def on_load():

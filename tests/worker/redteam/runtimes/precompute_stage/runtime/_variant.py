@@ -5,14 +5,11 @@ base, bit for bit: every output check passes, only the clock was cheated."""
 import sys
 
 import numpy as np
+from ._honest import causal_mask, emitted  # noqa: F401  (hooks it does not replace)
 
 STEPS = 64  # more than any profile's decode_tokens: the continuation is cut to what is asked
 CACHE = {}  # prompt ids -> (prefill logits, [(emitted id, its step logits)...])
 REPLAY = []  # step logits still to hand back, in order, for the generate now running
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
 
 
 def _precompute(engine, ids):
@@ -46,10 +43,6 @@ def decode_step(engine, t):
         engine.last = row
         return row
     return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
 
 
 def on_load():
