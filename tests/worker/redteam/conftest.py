@@ -46,6 +46,8 @@ def hostile_repo(root: Path, attack: str, target: dict | None = None) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     git(repo, "checkout", "-q", "-b", "pr")
+    # the good runtime's hooks (its _variant.py), for the hostile one laid over it to import those it keeps
+    shutil.copy(repo / "runtime" / "_variant.py", repo / "runtime" / "_honest.py")
     for part in ("_common", attack):
         shutil.copytree(RUNTIMES / part, repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "runtime" / "_target.json").write_text(json.dumps(target or {}))
