@@ -210,7 +210,7 @@ class Service:
             if ev.head_sha != pr.head_sha:
                 self.end(session, pr, ev, EvalState.SUPERSEDED, by=requested_by)
             else:
-                if ev.state is EvalState.QUEUED and ev.dispatched_at is None:
+                if ev.unsent:
                     self._dispatch(session, pr, ev, resend=True)  # its task never reached the broker: send it
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
@@ -450,7 +450,7 @@ class Service:
         if isinstance(found, str):
             return found
         ev, pr = found
-        if ev.state is not EvalState.QUEUED or ev.dispatched_at is not None:
+        if not ev.unsent:
             return f"evaluation {eval_id}: already sent"
         self._dispatch(session, pr, ev, resend=True)
         self.refresh_sticky(session, pr)

@@ -135,6 +135,11 @@ class Evaluation(Base):
     guards: Mapped[list["GuardResultRow"]] = relationship(cascade="all, delete-orphan")
     receipt: Mapped["Receipt | None"] = relationship(cascade="all, delete-orphan")
 
+    @property
+    def unsent(self) -> bool:
+        """Queued, but the broker refused its task (Service._dispatch): send it again, never call it lost."""
+        return self.state is EvalState.QUEUED and self.dispatched_at is None
+
 
 class GateResultRow(Base):
     __tablename__ = "gate_results"

@@ -102,7 +102,7 @@ def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: 
                                                    Evaluation.celery_task_id.is_not(None)).order_by(Evaluation.id))
     for ev in evs:
         task = ev.celery_task_id
-        if ev.state is EvalState.QUEUED and ev.dispatched_at is None:
+        if ev.unsent:
             out.append(Finding(ev.id, task, WatchdogAction.RESEND))  # never reached the broker (Service._dispatch)
             continue
         since_dispatch = _age(ev.dispatched_at or ev.created_at, now) or 0.0
