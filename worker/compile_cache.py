@@ -36,9 +36,10 @@ def compile_cache_dir(key: str) -> Path:
     if not _KEY.match(key or ""):
         raise ValueError(f"compile cache key {key!r} is not a commit SHA")
     d = cache_dir() / "compile" / key
-    d.mkdir(parents=True, exist_ok=True)
+    if not d.is_dir():  # a new SHA is what grows the total (each is capped): prune then, not on every process
+        d.mkdir(parents=True, exist_ok=True)
+        prune(d.parent, keep=d)
     os.utime(d)  # last used: what pruning goes by
-    prune(d.parent, keep=d)
     return d
 
 

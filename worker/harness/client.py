@@ -30,19 +30,6 @@ DRIVER_SRC = Path(__file__).with_name("driver.py")
 ANSWER_KINDS = frozenset({"import", "protocol", "oom", "error"})
 
 
-def _empty(dirs: list[Path]) -> None:
-    """Remove everything inside `dirs` (the directories stay); rmtree never follows the revision's links."""
-    for d in dirs:
-        for entry in list(os.scandir(d)) if d.is_dir() else []:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(entry.path)
-                except OSError:
-                    pass
-
-
 class RevisionFault(Exception):
     """The revision's process did not give a usable answer.
 
@@ -188,7 +175,7 @@ class RevisionProcess:
         if self.cgroup is not None:
             self.cgroup.remove()
         if self._disk is not None and (breach or self._disk.check()):
-            _empty(self.writable)  # over its cap: nothing of it stays on the host
+            sandbox.empty(self.writable)  # over its cap: nothing of it stays on the host
         try:
             os.close(self._rfd)
         except OSError:

@@ -6,10 +6,10 @@ disk.py: the cap on what a revision writes to host disk.
 """
 from worker.sandbox.bwrap import SCRATCH, SandboxSpec
 from worker.sandbox.cgroups import RevisionCgroup
-from worker.sandbox.disk import DiskWatch
+from worker.sandbox.disk import DiskWatch, empty
 from worker.sandbox.probe import Isolation, SandboxUnavailable, detect_isolation
 from worker.sandbox.process import (ENV_ALLOW, kill_tree, pin_tree, scrubbed_env, spawn, tree_pids, tree_rss,
                                     tree_usage)
 
-__all__ = ["SCRATCH", "SandboxSpec", "RevisionCgroup", "DiskWatch", "Isolation", "SandboxUnavailable", "detect_isolation",
+__all__ = ["SCRATCH", "SandboxSpec", "RevisionCgroup", "DiskWatch", "empty", "Isolation", "SandboxUnavailable", "detect_isolation",
            "ENV_ALLOW", "kill_tree", "pin_tree", "scrubbed_env", "spawn", "tree_pids", "tree_rss", "tree_usage"]

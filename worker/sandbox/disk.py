@@ -9,6 +9,7 @@ leave on the host stays under the cap plus one interval's writes, and the parent
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,19 @@ def usage(top: Path, max_entries: int) -> DiskUsage:
                 if entries > max_entries:
                     break
     return DiskUsage(total, entries)
+
+
+def empty(dirs: list[Path]) -> None:
+    """Remove everything inside `dirs` (the directories stay); rmtree never follows the revision's links."""
+    for d in dirs:
+        for entry in list(os.scandir(d)) if d.is_dir() else []:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
 
 
 class DiskWatch(threading.Thread):
