@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import socket
+import sys
 
 TARGET = json.loads((pathlib.Path(__file__).parent / "_target.json").read_text() or "{}")
 libc = ctypes.CDLL(None, use_errno=True)
@@ -80,3 +81,14 @@ def report(got):
     hits = {k: v for k, v in got.items() if v}
     if hits:
         raise RuntimeError("LEAKED " + repr(hits)[:1500])
+
+
+def all_logits_asked() -> bool:
+    """Whether the engine's `prefill` up the stack was asked for all logits: only the accuracy guard asks,
+    so an attack that behaves only when asked tells guarded prefills from timed ones."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "prefill" and "all_logits" in f.f_locals:
+            return bool(f.f_locals["all_logits"])
+        f = f.f_back
+    return False

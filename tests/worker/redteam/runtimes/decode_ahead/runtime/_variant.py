@@ -9,6 +9,7 @@ import sys
 import threading
 
 import numpy as np
+
 from ._honest import causal_mask  # noqa: F401  (hooks it does not replace)
 
 STATE = {"thread": None, "stop": threading.Event(), "steps": [], "pos": 0, "armed": False}

@@ -5,6 +5,7 @@ base, bit for bit: every output check passes, only the clock was cheated."""
 import sys
 
 import numpy as np
+
 from ._honest import causal_mask, emitted  # noqa: F401  (hooks it does not replace)
 
 STEPS = 64  # more than any profile's decode_tokens: the continuation is cut to what is asked
