@@ -4,9 +4,13 @@ A winner must be non-REJECT with a positive tier, its head unchanged since the e
 base unchanged since then (otherwise it is re-evaluated against the fresh base first and waits
 for the next round), and every other required check green. Dry-run returns the same plan
 without writing anything.
+
+Closing is exclusive per round: the closer holds the round's row lock (FOR UPDATE SKIP LOCKED) from before it
+reads its candidates until the round is written, and another closer (a second beat, the CLI) skips the round.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -21,6 +25,8 @@ from bot.db.models import Evaluation, PullRequest, Repository, Round, utcnow
 from bot.service import Service
 from worker.config import MERGEABLE_PROFILES
 from worker.records import TIERS, Verdict
+
+log = logging.getLogger(__name__)
 
 WINNING = {v.value for v in TIERS}  # mixed / uncalibrated / withheld / none are never merged
 
@@ -81,11 +87,30 @@ def open_round(session: Session, repo: Repository, window_s: float) -> Round:
     return rnd
 
 
-def close_round(session: Session, service: Service, repo: Repository, dry_run: bool) -> RoundPlan:
+def claim_round(session: Session, repo: Repository, round_id: int | None = None) -> Round | None:
+    """Lock the round to close (that one, else the repository's open round) while it is still open; None when
+    another closer holds it or has closed it. The lock lasts until the session's next commit (SQLite takes no
+    row lock: it serialises writers instead)."""
+    query = select(Round).where(Round.repository_id == repo.id, Round.state == RoundState.OPEN)
+    if round_id is not None:  # a beat's due round: never the next window, opened by whoever closed this one
+        query = query.where(Round.id == round_id)
+    return session.scalar(query.with_for_update(skip_locked=True).execution_options(populate_existing=True))
+
+
+def close_round(session: Session, service: Service, repo: Repository, dry_run: bool,
+                round_id: int | None = None) -> RoundPlan | None:
+    """Close the round (`round_id`, else the repository's open one); None when another closer has it."""
+    rnd = None
+    if not dry_run:
+        rnd = claim_round(session, repo, round_id)
+        if rnd is None:
+            log.info("%s: round being closed, or closed already, by another closer: skipped", repo.full_name)
+            return None
     plan = RoundPlan(repo=repo.full_name, dry_run=dry_run)
     gh = service.gh_repo(repo)
     contenders = candidates(session, repo, production=service.settings.environment == "production")
     winner: tuple[PullRequest, Evaluation] | None = None
+    requeue: list[tuple[PullRequest, Evaluation, str]] = []  # (PR, its evaluation, the base to measure it against)
     for pr, ev in contenders:
         live = gh.get_pull(pr.number)
         if live.state != "open":
@@ -103,9 +128,7 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         if base_now != ev.base_sha:
             plan.steps.append(Step(pr.number, RoundAction.REEVALUATE, f"{ev.base_ref} moved {ev.base_sha[:7]} → "
                                    f"{base_now[:7]}: re-evaluating against it first"))
-            if not dry_run and still_at(session, service, pr, ev):
-                pr.base_sha = base_now
-                service.request_evaluation(session, pr, Trigger.ROUND)
+            requeue.append((pr, ev, base_now))
             continue
         green, why = publish.checks_green(gh, ev.head_sha, ignore_check=service.settings.check_name)
         if not green:
@@ -132,7 +155,6 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     if dry_run:
         return plan
 
-    rnd = open_round(session, repo, service.settings.round_window_s)
     if winner is not None:
         pr, ev = winner
         result = render.run_view(ev, service.max_attempts).result
@@ -147,20 +169,28 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         for other, other_ev in others:
             steps = [s for s in plan.steps if s.pr == other.number]
             if any(s.action is RoundAction.REEVALUATE or s.retargeted for s in steps):
-                continue  # already queued against the fresh base, or no longer based on it
+                continue  # re-evaluated against the fresh base already (requeue), or no longer based on it
             head_moved = any(s.head_moved for s in steps)
             publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
                                                           winner_number=pr.number, needs_rebase=False))
-            # A moved head is re-evaluated by its own push event (seen here, or handled since the candidates
-            # were read: the row is read again under its lock, never re-evaluated from the stale copy).
-            if not head_moved and still_at(session, service, other, other_ev):
-                other.base_sha = merged_sha
-                service.request_evaluation(session, other, Trigger.ROUND)
+            if not head_moved:  # a moved head is re-evaluated by its own push event
+                requeue.append((other, other_ev, merged_sha))
     rnd.state = RoundState.CLOSED
     rnd.closed_at = utcnow()
     rnd.outcome = "\n".join(plan.lines())
     open_round(session, repo, service.settings.round_window_s)  # the next window starts now
+    # Only now: each re-evaluation's dispatch commits, which releases the round's lock. Queued any earlier, it left
+    # the round open and unlocked, and another closer closed it again; from here on it finds the round closed.
+    for pr, ev, base_sha in requeue:
+        reevaluate(session, service, pr, ev, base_sha)
     return plan
+
+
+def reevaluate(session: Session, service: Service, pr: PullRequest, ev: Evaluation, base_sha: str) -> None:
+    """Queue the PR's evaluated head again, against `base_sha`, if it still is the open PR's head (still_at)."""
+    if still_at(session, service, pr, ev):
+        pr.base_sha = base_sha
+        service.request_evaluation(session, pr, Trigger.ROUND)
 
 
 def still_at(session: Session, service: Service, pr: PullRequest, ev: Evaluation) -> bool:
@@ -172,9 +202,11 @@ def still_at(session: Session, service: Service, pr: PullRequest, ev: Evaluation
 
 
 def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
-    due = session.scalars(select(Round).where(Round.state == RoundState.OPEN, Round.closes_at <= utcnow()))
-    return [close_round(session, service, session.get(Repository, r.repository_id), service.settings.dry_run)
-            for r in list(due)]
+    """The plans of the due rounds this beat closed (not those another closer has, or closed since listed)."""
+    due = list(session.scalars(select(Round).where(Round.state == RoundState.OPEN, Round.closes_at <= utcnow())))
+    plans = [close_round(session, service, session.get(Repository, r.repository_id), service.settings.dry_run,
+                         round_id=r.id) for r in due]
+    return [plan for plan in plans if plan is not None]
 
 
 def close_round_cli(repo_full_name: str, dry_run: bool) -> int:
@@ -187,5 +219,8 @@ def close_round_cli(repo_full_name: str, dry_run: bool) -> int:
         plan = close_round(session, Service(), repo, dry_run=dry_run or Service().settings.dry_run)
         if dry_run:
             session.rollback()
+    if plan is None:
+        print(f"tokengate: no open round of {repo_full_name} to close (another process is closing it?)")
+        return 1
     print("\n".join(plan.lines()))
     return 0

@@ -1,5 +1,5 @@
-"""Concurrency red team: two actors on one pull request at the same moment, made deterministic by running
-the second actor (in its own thread and database session) at a chosen point inside the first. Real
+"""Concurrency red team: two actors on one pull request (or one round) at the same moment, made deterministic
+by running the second actor (in its own thread and database session) at a chosen point inside the first. Real
 PostgreSQL, Redis, the test GitHub server and git remote."""
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import threading
 
 import pytest
 import redis
+from sqlalchemy import select, update
 
+from bot import rounds
 from bot.db.engine import session_scope
-from bot.enums import EvalState
+from bot.db.models import Round, utcnow
+from bot.enums import EvalState, RoundState
 from bot.github import publish
 from bot.handlers import Handlers
+from bot.queue.app import celery_app
 from bot.service import Service
 from tests.bot.conftest import pr_payload, wait_until
 from tests.bot.helpers import evaluations, finished
@@ -135,7 +139,6 @@ def test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog(settings, cele
     its next look, not after its grace as a lost message (the PR's last attempt, INFRA for the broker's outage),
     and its check run is the one completed."""
     from bot.queue import watchdog
-    from bot.queue.app import celery_app
     remote.commit("changes", "speed up (flaky)")  # INFRA on attempt 1, then XL
     refused = refuse_gpu_sends(monkeypatch, 1, after=1)  # attempt 1 is sent, the retry refused
     send("pull_request", pr_payload(github, remote, "opened"))
@@ -158,34 +161,61 @@ def test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog(settings, cele
                                                               ("completed", "success")], runs
 
 
-def test_two_beats_closing_one_round_at_once_merge_once(settings, celery_worker, github, remote, send, monkeypatch):
-    """Two publish workers' beats close the same due round: the second runs whole while the first is about to
-    merge its winner. One merge (GitHub refuses the second of the closed PR, and the loser's base has moved by
-    then), one winner comment, and one re-evaluation of the loser: the first beat, reading the loser's old
-    verdict, asked for another of the same head against the same new main after the second beat's was done
-    (a round's request now reuses a finished evaluation of that head and base, as a replayed push does)."""
+# ---- two beats close the same due round ------------------------------------------------------------------------
+
+def beat() -> list:
+    """One beat's round task (its own session): close every due round; the plans of those it closed."""
+    with session_scope() as s:
+        return rounds.close_due_rounds(s, Service())
+
+
+def the_other_beat_runs_at(monkeypatch, owner, name: str) -> list[list]:
+    """The first time this thread calls owner.name, the other beat runs whole first (its own thread and session).
+    Returns [that beat's plans] once it has run."""
+    real, me, ran = getattr(owner, name), threading.current_thread(), []
+
+    def paused(*args, **kwargs):
+        if threading.current_thread() is me and not ran:
+            ran.append([])
+            in_thread(lambda: ran[0].extend(beat()))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, paused)
+    return ran
+
+
+PAUSES = {  # where the first beat is when the other runs whole
+    "listed": lambda: (rounds, "close_round"),  # it has listed the due round, not yet started closing it
+    "merging": lambda: (publish, "merge"),  # it is about to merge its winner
+    "committed": lambda: (celery_app(), "send_task"),  # the loser's re-evaluation committed (every lock released)
+}
+
+
+@pytest.mark.parametrize("pause", PAUSES)
+def test_two_beats_closing_one_round_at_once_merge_once(settings, celery_worker, github, remote, send, monkeypatch,
+                                                         pause):
+    """Two beats (a misconfiguration, but possible) close the same due round at once. One closes it: one merge,
+    one winner comment, one re-evaluation of the loser, the round's outcome written once and the next window
+    opened once. The other finds the round being closed (or closed) and does nothing. Unlocked, the second beat
+    merged too (GitHub refused: 405) or closed the round again, overwriting its outcome, or closed the next
+    window at once and opened a third."""
     for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
         remote.commit(branch, message)
         send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
         wait_until(finished(number - 1), what=f"evaluation of #{number}")
-    real_merge = publish.merge
-    plans = []
-
-    def merge_after_the_other_beat(*args, **kwargs):
-        if not plans:
-            plans.append(None)
-            in_thread(lambda: plans.append(close(dry_run=False)))
-            wait_until(lambda: all(not e.state.active for e in evaluations()), what="the second beat's re-evaluation")
-        return real_merge(*args, **kwargs)
-    monkeypatch.setattr(publish, "merge", merge_after_the_other_beat)
-    first = close(dry_run=False)
+    with session_scope() as s:
+        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+    ran = the_other_beat_runs_at(monkeypatch, *PAUSES[pause]())
+    mine = beat()
     monkeypatch.undo()
-    second = plans[1]
-    assert (second.winner, first.winner) == (3, None)
-    assert "refused the merge" in {s.pr: s.reason for s in first.steps}[3]
+    (theirs,) = ran
+    plans = mine + theirs
+    assert [p.winner for p in plans] == [3], ["\n".join(p.lines()) for p in plans]
+    assert [r.status for r in github.requests_for("pulls/merge")] == [200]
     repo = github.repos["codertocat/hello-world"]
-    assert [r.status for r in github.requests_for("pulls/merge")] == [200, 405]
     assert sum("merge-first winner" in c["body"] for c in github.comments_on(repo, 3)) == 1
     assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
+    with session_scope() as s:
+        outcomes = [(r.state, r.outcome) for r in s.scalars(select(Round).order_by(Round.id))]
+    assert outcomes == [(RoundState.CLOSED, "\n".join(plans[0].lines())), (RoundState.OPEN, None)]
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="the loser's re-evaluation")
     assert [e.pull_request_id for e in evaluations()].count(evaluations()[0].pull_request_id) == 2
