@@ -189,3 +189,24 @@ def test_a_tier_measured_after_an_infra_attempt_is_not_a_candidate(settings):
         repo = _finished(s, 97, "o/retried", [(1, "standard", "L", 0.20, {}), (2, "standard", "XL", 0.90, {})])
         s.scalar(select(Evaluation).where(Evaluation.verdict == "XL")).attempt = 2
         assert [pr.number for pr, _ in candidates(s, repo, production=True)] == [1]
+
+
+def test_claiming_a_round_works_on_sqlite(tmp_path):
+    """The embedded default has no row locks (FOR UPDATE SKIP LOCKED is left out; SQLite serialises writers):
+    a round is still claimed while open, and not once closed."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from bot.db.models import Base
+    from bot.rounds import claim_round, open_round
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'rounds.sqlite3'}")
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        repo = Repository(id=1, full_name="o/r")
+        s.add(repo)
+        rnd = open_round(s, repo, window_s=60)
+        assert claim_round(s, repo, rnd.id) is rnd and claim_round(s, repo) is rnd
+        rnd.state = RoundState.CLOSED
+        assert claim_round(s, repo, rnd.id) is None and claim_round(s, repo) is None
+    engine.dispose()
