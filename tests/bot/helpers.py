@@ -30,3 +30,26 @@ def processed(delivery_id: str) -> Delivery | None:
     with session_scope() as s:
         d = s.get(Delivery, delivery_id)
         return d if d is not None and d.processed_at is not None else None
+
+
+def gpu_sends(monkeypatch, refuse: int = 0, after: int = 0) -> tuple[list[str], list[str]]:
+    """Watch the evaluation task's sends: (sent, refused) task ids. After `after` sends, the next `refuse` fail as
+    a dead Redis makes them fail (after the commit that stored the attempt); every other message goes through."""
+    from kombu.exceptions import OperationalError
+
+    from bot.queue.app import celery_app
+    from worker.queue.app import EVALUATE_TASK
+    app = celery_app()
+    real = app.send_task
+    sent: list[str] = []
+    refused: list[str] = []
+
+    def send_task(name, *args, **kwargs):
+        if name == EVALUATE_TASK:
+            if len(sent) >= after and len(refused) < refuse:
+                refused.append(kwargs.get("task_id"))
+                raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+            sent.append(kwargs.get("task_id"))
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(app, "send_task", send_task)
+    return sent, refused

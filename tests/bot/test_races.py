@@ -18,7 +18,7 @@ from bot.handlers import Handlers
 from bot.queue.app import celery_app
 from bot.service import Service
 from tests.bot.conftest import pr_payload, wait_until
-from tests.bot.helpers import evaluations, finished
+from tests.bot.helpers import evaluations, finished, gpu_sends
 from tests.bot.test_rounds import close
 
 pytestmark = pytest.mark.services
@@ -86,29 +86,6 @@ def test_a_push_to_a_loser_while_the_round_closes_keeps_its_new_heads_evaluation
 
 # ---- the broker refuses the GPU task after the evaluation was committed --------------------------------------
 
-def refuse_gpu_sends(monkeypatch, times: int, after: int = 0) -> list[str]:
-    """After `after` sends of the evaluation task, the next `times` fail as a dead Redis makes them fail (after
-    the commit that stored the attempt); every other message goes through."""
-    from kombu.exceptions import OperationalError
-
-    from bot.queue.app import celery_app
-    from worker.queue.app import EVALUATE_TASK
-    app = celery_app()
-    real = app.send_task
-    refused: list[str] = []
-    sent: list[str] = []
-
-    def send_task(name, *args, **kwargs):
-        if name == EVALUATE_TASK:
-            if len(sent) >= after and len(refused) < times:
-                refused.append(kwargs.get("task_id"))
-                raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
-            sent.append(kwargs.get("task_id"))
-        return real(name, *args, **kwargs)
-    monkeypatch.setattr(app, "send_task", send_task)
-    return refused
-
-
 def test_a_gpu_task_the_broker_refused_is_sent_again_by_the_deliverys_retry(settings, celery_worker, github, remote,
                                                                            send, monkeypatch):
     """Redis refused the evaluation task after its attempt was committed: the delivery fails and is retried, and
@@ -118,7 +95,7 @@ def test_a_gpu_task_the_broker_refused_is_sent_again_by_the_deliverys_retry(sett
     from tests.bot.test_faults import delivery, drain_until
     from tests.bot.helpers import processed
     remote.commit("changes", "speed up (xl)")
-    refused = refuse_gpu_sends(monkeypatch, 1)
+    _, refused = gpu_sends(monkeypatch, refuse=1)
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="the refused send recorded on the delivery")
     assert refused and "Connection refused" in delivery(d).last_error
@@ -140,7 +117,7 @@ def test_a_retry_the_broker_refused_is_sent_again_by_the_watchdog(settings, cele
     and its check run is the one completed."""
     from bot.queue import watchdog
     remote.commit("changes", "speed up (flaky)")  # INFRA on attempt 1, then XL
-    refused = refuse_gpu_sends(monkeypatch, 1, after=1)  # attempt 1 is sent, the retry refused
+    _, refused = gpu_sends(monkeypatch, refuse=1, after=1)  # attempt 1 is sent, the retry refused
     send("pull_request", pr_payload(github, remote, "opened"))
     wait_until(lambda: refused and evaluations()[0].attempt == 2 and evaluations()[0].dispatched_at is None,
                what="the retry's send refused")

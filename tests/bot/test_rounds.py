@@ -10,7 +10,7 @@ from bot.db.models import Repository, Round
 from bot.rounds import close_round
 from bot.service import Service
 from tests.bot.conftest import pr_payload, wait_until
-from tests.bot.helpers import evaluations, finished
+from tests.bot.helpers import evaluations, finished, gpu_sends
 
 pytestmark = pytest.mark.services
 
@@ -94,6 +94,40 @@ def test_moved_base_means_reevaluation_not_merge(settings, celery_worker, github
     assert {e.base_sha for e in evaluations()[3:]} == {new_main}
     plan = close(dry_run=False)
     assert plan.winner == 3
+
+
+def round_request(base_sha: str | None = None):
+    """What a round's re-evaluation of the one PR's head asks for, against `base_sha` (else its stored base)."""
+    from bot.db.models import PullRequest
+    from bot.enums import Trigger
+    service = Service()
+    with session_scope() as s:
+        pr = service.lock_pull(s, s.scalar(select(PullRequest.id)))
+        pr.base_sha = base_sha or pr.base_sha
+        return service.request_evaluation(s, pr, Trigger.ROUND)
+
+
+def test_a_rounds_request_for_a_head_and_base_already_measured_reuses_that_verdict(settings, celery_worker, github,
+                                                                                   remote, send, monkeypatch):
+    """A round asks to measure a loser's head against the new main when another closer's request for the same
+    head and base is done already (two beats, tests/bot/test_races.py): it gets that finished evaluation, with
+    no second task and no second check run. Against a base not measured yet, the head is evaluated again."""
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="the evaluation")
+    (done,) = evaluations()
+    sent, _ = gpu_sends(monkeypatch)
+    checks = len(github.requests_for("checks/create"))
+
+    reused = round_request()
+    assert (reused.id, reused.state, reused.verdict) == (done.id, done.state, "XL")
+    assert (sent, len(github.requests_for("checks/create")), len(evaluations())) == ([], checks, 1)
+
+    new_main = remote.commit("main", "someone merged something")
+    measured = round_request(base_sha=new_main)
+    assert measured.id != done.id and (measured.head_sha, measured.base_sha) == (done.head_sha, new_main)
+    assert (sent, len(github.requests_for("checks/create"))) == ([measured.celery_task_id], checks + 1)
+    wait_until(finished(2), what="the evaluation against the new main")  # the next test's TRUNCATE must not meet it
 
 
 def _finished(s, repo_id: int, name: str, rows) -> Repository:
