@@ -180,6 +180,12 @@ def check_output(run: RunView) -> dict[str, str]:
     return {"title": title[:255], "summary": summary[:65000]}
 
 
+def unrecorded_check_output() -> dict[str, str]:
+    """The output of a check run whose evaluation the bot could not store (templates/check_unrecorded.j2)."""
+    words = environment().get_template("check_unrecorded.j2").module
+    return {"title": str(words.title()).strip(), "summary": str(words.summary()).strip()}
+
+
 def conclusion_for(run: RunView) -> str:
     assert run.result is not None
     return check_conclusion(run.result.verdict).value

@@ -75,6 +75,15 @@ def transition(ev: Evaluation, new: EvalState) -> None:
     ev.state = new
 
 
+def withdraw_check(repo, check_run_id: int) -> None:
+    """Complete a check run no evaluation refers to (best effort: the caller is already failing for its own
+    reason, which is the one to raise)."""
+    try:
+        publish.complete_check(repo, check_run_id, CheckConclusion.CANCELLED.value, render.unrecorded_check_output())
+    except Exception:  # noqa: BLE001 - logged; GitHub is down as well
+        log.warning("check run %s: left queued, its evaluation was not stored", check_run_id, exc_info=True)
+
+
 class Service:
     def __init__(self, settings: Settings | None = None, github: GitHubApp | None = None,
                  celery: Celery | None = None):
@@ -251,16 +260,17 @@ class Service:
         refuses leaves the attempt `dispatched_at` NULL (committed): the delivery's retry or the watchdog sends
         it again (`resend`: the same attempt and check run; nothing was evaluated)."""
         repo = self.gh_repo(pr.repository)
+        job = self.job(pr, ev)  # read first: between creating a check run and the commit, nothing else may fail
+        created = None
         if not (resend and ev.check_run_id):
             view = render.run_view(ev, self.max_attempts, queue_info(session, ev, self.settings.gpu_workers))
-            ev.check_run_id = publish.create_check(
+            created = ev.check_run_id = publish.create_check(
                 repo, name=self.settings.check_name, head_sha=ev.head_sha, external_id=str(ev.id),
                 details_url=self._pr_url(pr), output=render.check_output(view))
         ev.celery_task_id = str(uuid.uuid4())
         ev.claimed_by = None  # a new attempt: bound to whichever worker claims it
         ev.dispatched_at = utcnow()
-        job = self.job(pr, ev)
-        session.commit()  # the result may come back before this session would otherwise commit
+        self._commit(session, repo, created)  # the result may come back before this session would otherwise commit
         try:
             self.celery.send_task(
                 EVALUATE_TASK, args=[job], task_id=ev.celery_task_id, queue=GPU_QUEUE, countdown=countdown or None,
@@ -275,6 +285,18 @@ class Service:
             raise
         # Take the PR's lock again (the commit released it) before the sticky comment is touched.
         self.lock_pull(session, pr.id)
+
+    @staticmethod
+    def _commit(session: Session, repo, created_check: int | None) -> None:
+        """Commit; if that fails, the check run this transaction created (`created_check`) is completed as
+        cancelled: its evaluation was rolled back, nothing refers to it, and `queued` it would wait for ever
+        beside the one the caller's retry creates. The commit's error is raised either way."""
+        try:
+            session.commit()
+        except Exception:
+            if created_check is not None:
+                withdraw_check(repo, created_check)
+            raise
 
     @staticmethod
     def _pr_url(pr: PullRequest) -> str | None:

@@ -179,6 +179,60 @@ def test_database_down_is_503(settings, github, remote):
     assert got["ready"] == 503 and "database" in got["ready_body"], got
 
 
+def postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch) -> list[int]:
+    """The first commit after a check run is created (in that thread) meets a dead connection: its PostgreSQL
+    backend is terminated just before. Returns the check runs created before such a commit."""
+    import threading
+
+    from sqlalchemy.orm import Session
+
+    from bot.github import publish
+    from tests.bot.conftest import _pg_connect
+    real_create, real_commit = publish.create_check, Session.commit
+    pending: dict[int, int] = {}  # thread → the check run it created, not yet committed
+    orphans: list[int] = []
+
+    def create_check(*args, **kwargs):
+        run_id = real_create(*args, **kwargs)
+        if not orphans:
+            pending[threading.get_ident()] = run_id
+        return run_id
+
+    def commit(session):
+        run_id = pending.pop(threading.get_ident(), None)
+        if run_id is not None:
+            orphans.append(run_id)
+            pid = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            admin = _pg_connect()
+            admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+            admin.close()
+        return real_commit(session)
+    monkeypatch.setattr(publish, "create_check", create_check)
+    monkeypatch.setattr(Session, "commit", commit)
+    return orphans
+
+
+def test_a_check_run_whose_evaluation_could_not_be_committed_is_not_left_queued(settings, celery_worker, github,
+                                                                                remote, send, monkeypatch):
+    """The check run is created on GitHub, then the evaluation is committed: when that commit fails (PostgreSQL
+    gone, a serialization failure), nothing refers to the check run any more, and it stayed `queued` on the
+    PR for ever beside the one the delivery's retry created. It is completed (cancelled: never green without a
+    verdict) saying why; the retry's check run carries the verdict."""
+    remote.commit("changes", "speed up (xl)")
+    orphans = postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="the failed commit recorded on the delivery")
+    monkeypatch.undo()
+    assert orphans and "OperationalError" in delivery(d).last_error
+    drain_until(lambda: processed(d), settings, what="the delivery retried")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
+    (ev,) = evaluations()
+    runs = {run_id: (r["status"], r["conclusion"]) for run_id, r in github.check_runs.items()}
+    assert runs == {orphans[0]: ("completed", "cancelled"), ev.check_run_id: ("completed", "success")}, runs
+    from bot.render import unrecorded_check_output
+    assert github.check_runs[orphans[0]]["output"] == unrecorded_check_output()
+
+
 # ---- GitHub outages and connection resets ------------------------------------------------------------
 
 def test_github_outage_is_recorded_retried_and_lands_once(settings, celery_worker, github, remote, send):
