@@ -258,7 +258,10 @@ class Service:
                   resend: bool = False) -> None:
         """Check run (queued) → commit → task on `gpu` whose result comes back on `publish`. A task the broker
         refuses leaves the attempt `dispatched_at` NULL (committed): the delivery's retry or the watchdog sends
-        it again (`resend`: the same attempt and check run; nothing was evaluated)."""
+        it again (`resend`: the same attempt and check run; nothing was evaluated).
+
+        It commits the caller's transaction: every row lock the caller holds is released and everything it read
+        is expired (read again on next use); only the PR's lock is taken again."""
         repo = self.gh_repo(pr.repository)
         job = self.job(pr, ev)  # read first: between creating a check run and the commit, nothing else may fail
         created = None
@@ -283,7 +286,9 @@ class Service:
             ev.dispatched_at = None
             session.commit()
             raise
-        # Take the PR's lock again (the commit released it) before the sticky comment is touched.
+        # The commit released every lock: what this session read before it may have changed since (the attempt
+        # started or even finished). Everything is read again, after the PR's lock is taken again.
+        session.expire_all()
         self.lock_pull(session, pr.id)
 
     @staticmethod

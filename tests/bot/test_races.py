@@ -196,3 +196,38 @@ def test_two_beats_closing_one_round_at_once_merge_once(settings, celery_worker,
     assert outcomes == [(RoundState.CLOSED, "\n".join(plans[0].lines())), (RoundState.OPEN, None)]
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="the loser's re-evaluation")
     assert [e.pull_request_id for e in evaluations()].count(evaluations()[0].pull_request_id) == 2
+
+
+# ---- a dispatch commits its caller's transaction (Service._dispatch) ------------------------------------------
+
+def after_this_thread_sends_a_gpu_task(monkeypatch, then) -> None:
+    """The first time this thread sends an evaluation task, `then()` runs before it goes on: the attempt is
+    committed (every row lock released) and the PR's lock not taken again yet."""
+    from worker.queue.app import EVALUATE_TASK
+    app, me, ran = celery_app(), threading.current_thread(), []
+    real = app.send_task
+
+    def send_task(name, *args, **kwargs):
+        sent = real(name, *args, **kwargs)
+        if name == EVALUATE_TASK and threading.current_thread() is me and not ran:
+            ran.append(then())
+        return sent
+    monkeypatch.setattr(app, "send_task", send_task)
+
+
+def test_a_result_published_before_the_dispatcher_locks_the_pr_again_is_not_shown_as_queued(
+        settings, celery_worker, github, remote, monkeypatch):
+    """The evaluation starts and finishes between the dispatch's commit and its caller taking the PR's lock again
+    (a fast or cached result). The caller then refreshed the sticky comment from its own copy of the evaluation,
+    read before that commit: the comment said "Queued" for ever, above a check run showing the verdict."""
+    from bot.enums import Verdict, verdict_label
+    from tests.bot.test_triggers import sticky
+    remote.commit("changes", "speed up (xl)")
+    after_this_thread_sends_a_gpu_task(monkeypatch, lambda: wait_until(finished(1), what="the result published"))
+    with session_scope() as s:
+        Handlers(Service()).dispatch(s, "pull_request", pr_payload(github, remote, "opened"))
+    (ev,) = evaluations()
+    assert ev.state is EvalState.DONE
+    (note,) = sticky(github)
+    assert "Queued" not in note["body"] and verdict_label(Verdict.XL) in note["body"], note["body"]
+
