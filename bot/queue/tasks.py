@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from datetime import timedelta, timezone
 
 from github import GithubException
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 RETRY = {"autoretry_for": (GithubException, RequestException, ConnectionError, OSError), "retry_backoff": True,
          "retry_backoff_max": 300, "max_retries": 18}  # ~1 h in all
 MAX_BUG_ATTEMPTS = 5  # a handler that raises something else (a bug, a hostile payload) is retried this often
+HANDLING = "being handled"  # the outcome of a processed delivery whose handler has not finished yet (`_claim`)
 
 
 def transient(exc: BaseException) -> bool:
@@ -78,6 +80,7 @@ def _handle(delivery_id: str) -> str:
         repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
         pull = payload.get("pull_request") or payload.get("issue")
         pull = pull if isinstance(pull, dict) else {}
+        claim = _claim(delivery)
         try:
             with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
                 outcome = Handlers(Service()).dispatch(session, event, payload)
@@ -87,14 +90,14 @@ def _handle(delivery_id: str) -> str:
             metrics.record_github_error(exc)
             if transient(exc):
                 session.rollback()
-                return _failed(delivery_id, exc, settings)
+                return _failed(delivery_id, exc, settings, claim)
             log.warning("delivery %s: GitHub refused (%s)", delivery_id, exc.status)
             outcome = f"GitHub error {exc.status}: {str(exc.data)[:500]}"
         except Exception as exc:  # noqa: BLE001 - recorded on the row and retried
             if isinstance(exc, RequestException):
                 metrics.record_github_error(exc)
             session.rollback()
-            return _failed(delivery_id, exc, settings)
+            return _failed(delivery_id, exc, settings, claim)
         delivery = session.get(Delivery, delivery_id, with_for_update=True, populate_existing=True)
         if delivery is not None:
             delivery.processed_at = utcnow()
@@ -106,13 +109,25 @@ def _handle(delivery_id: str) -> str:
     return outcome
 
 
-def _failed(delivery_id: str, exc: BaseException, settings) -> str:
-    """Record the failure on the row; the outbox sends it again after the backoff, or it is given up on."""
+def _claim(delivery: Delivery) -> str:
+    """Mark the delivery processed before its handler runs, so that every commit storing its effect stores the
+    mark too. A dispatch commits in the middle of the handler (Service._dispatch), releasing this row's lock: a
+    second handle task of the delivery (the drain's re-send) found it unprocessed and handled it again. Returns
+    the claim, which `_failed` takes back."""
+    delivery.processed_at = utcnow()
+    delivery.outcome = f"{HANDLING} (claim {uuid.uuid4().hex[:12]})"
+    return delivery.outcome
+
+
+def _failed(delivery_id: str, exc: BaseException, settings, claim: str) -> str:
+    """Record the failure on the row; the outbox sends it again after the backoff, or it is given up on. The
+    handler's `claim`, if a commit inside it was stored, is taken back (never another handling's)."""
     detail = f"{type(exc).__name__}: {exc}"[:2000]
     with session_scope() as session:
         d = session.get(Delivery, delivery_id, with_for_update=True)
-        if d is None or d.processed_at is not None:
+        if d is None or (d.processed_at is not None and d.outcome != claim):
             return detail
+        d.processed_at = d.outcome = None
         d.attempts += 1
         d.last_error = detail
         now = utcnow()

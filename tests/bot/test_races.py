@@ -231,3 +231,32 @@ def test_a_result_published_before_the_dispatcher_locks_the_pr_again_is_not_show
     (note,) = sticky(github)
     assert "Queued" not in note["body"] and verdict_label(Verdict.XL) in note["body"], note["body"]
 
+
+def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(settings, celery_worker, github,
+                                                                               remote, send, monkeypatch):
+    """A handle task holds its delivery's row lock until it stores the delivery as processed; a second handle
+    task of the same delivery (the drain sends it again when the first waited in a publish backlog longer than
+    outbox_redrive_after_s) waits for that lock, then finds it processed. The handler's dispatch commits in the
+    middle and released that lock with the delivery not processed yet: the second task handled it again, and
+    `/eval rerun`, its evaluation done meanwhile, evaluated the head a second time (a GPU run, a check run)."""
+    from bot.queue import kick
+    from bot.queue.tasks import _handle
+    from tests.bot.conftest import comment_payload
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="the first evaluation")
+    with monkeypatch.context() as stored_only:
+        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
+        stored_only.setattr(kick.kicker(), "healthy", True)
+        d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    second: list[str] = []
+
+    def the_drains_resend_runs():
+        wait_until(finished(2), what="the re-run's result")
+        in_thread(lambda: second.append(_handle(d)))
+    after_this_thread_sends_a_gpu_task(monkeypatch, the_drains_resend_runs)
+    first = _handle(d)
+    monkeypatch.undo()
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
+    assert len(evaluations()) == 2, [(e.id, e.trigger.value, e.requested_by) for e in evaluations()]
+    assert "evaluation 2" in first and "already processed" in second[0], (first, second)
