@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     broker_timeout_s: float = Field(1.0, gt=0)  # the web request never waits longer on Redis than this
     outbox_interval_s: float = Field(5.0, gt=0)  # beat: re-send deliveries not processed yet
     outbox_redrive_after_s: float = Field(30.0, gt=0)  # sent this long ago and not processed → sent again
+    # A running handler's claim on its delivery: no other handle task takes it meanwhile; a handler that died
+    # mid-way (after a commit stored its claim) is handled again once the claim has lapsed.
+    handler_lease_s: float = Field(600.0, gt=0)
     github_retry_for_s: float = Field(3600.0, gt=0)  # transient GitHub/network errors retried this long
     github_retry_max_backoff_s: float = Field(300.0, gt=0)
     metrics_port: int = Field(0, ge=0)  # publish worker's own /metrics (GitHub API errors, rate limit); 0 = off

@@ -279,8 +279,12 @@ MUTATIONS: tuple[Mutation, ...] = (
                "        self.lock_pull(session, pr.id)"),),
              (RACES + "test_a_result_published_before_the_dispatcher_locks_the_pr_again_is_not_shown_as_queued",)),
     Mutation("delivery-claimed-before-its-handler", "bot", "a delivery is handled once though its dispatch commits",
-             (("bot/queue/tasks.py", "        claim = _claim(delivery)", "        claim = None"),),
+             (("bot/queue/tasks.py", "        claim = _claim(delivery, settings)", "        claim = None"),),
              (RACES + "test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle",)),
+    Mutation("lapsed-claim-handled-again", "bot", "a handler that died mid-way is handled again when its claim lapses",
+             (("bot/queue/outbox.py", "            d.outcome = None  # due", "            pass  # due"),),
+             ("tests/bot/test_faults.py::"
+              "test_a_handler_that_died_after_its_dispatch_committed_is_handled_again_once_its_claim_lapses",)),
     Mutation("history-keyed-by-hardware", "13.1", "A/A history is keyed by GPU UUID, driver, torch/triton, not hostname",
              (("worker/calibration/key.py",
                "    digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]",

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 HANDLE_TASK = "tokengate.handle_delivery"
 DRAIN_TASK = "tokengate.drain_outbox"
 DRAIN_BATCH = 500
+HANDLING = "being handled"  # the outcome of a delivery whose handler holds its claim (bot/queue/tasks.py `_claim`)
 
 
 class BadBody(ValueError):
@@ -74,6 +75,8 @@ def drain(session: Session, settings: Settings, now: datetime | None = None) -> 
     sent = []
     for d in due(session, now):
         send(d.id)
+        if (d.outcome or "").startswith(HANDLING):
+            d.outcome = None  # due: the claim has lapsed (its handler died), and it must not hold the new one off
         d.enqueued_at = now
         d.next_attempt_at = now + timedelta(seconds=settings.outbox_redrive_after_s)
         sent.append(d.id)

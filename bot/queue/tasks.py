@@ -18,7 +18,7 @@ from bot.db.engine import session_scope
 from bot.db.models import Delivery, utcnow
 from bot.handlers import Handlers
 from bot.queue import outbox
-from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK
+from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK, HANDLING
 from bot.service import FAILURE_TASK, RESULT_TASK, NoInstallation, Service
 from bot.settings import get_settings
 from worker.queue.app import STARTED_TASK, app
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 RETRY = {"autoretry_for": (GithubException, RequestException, ConnectionError, OSError), "retry_backoff": True,
          "retry_backoff_max": 300, "max_retries": 18}  # ~1 h in all
 MAX_BUG_ATTEMPTS = 5  # a handler that raises something else (a bug, a hostile payload) is retried this often
-HANDLING = "being handled"  # the outcome of a processed delivery whose handler has not finished yet (`_claim`)
 
 
 def transient(exc: BaseException) -> bool:
@@ -67,6 +66,8 @@ def _handle(delivery_id: str) -> str:
             return f"delivery {delivery_id}: not stored (nothing to do)"
         if delivery.processed_at is not None or delivery.failed_at is not None:
             return f"delivery {delivery_id} already processed"
+        if claimed(delivery, utcnow()):
+            return f"delivery {delivery_id} being handled by another task"
         event = delivery.event
         try:
             payload = outbox.payload_of(delivery)
@@ -80,7 +81,7 @@ def _handle(delivery_id: str) -> str:
         repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
         pull = payload.get("pull_request") or payload.get("issue")
         pull = pull if isinstance(pull, dict) else {}
-        claim = _claim(delivery)
+        claim = _claim(delivery, settings)
         try:
             with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
                 outcome = Handlers(Service()).dispatch(session, event, payload)
@@ -109,14 +110,23 @@ def _handle(delivery_id: str) -> str:
     return outcome
 
 
-def _claim(delivery: Delivery) -> str:
-    """Mark the delivery processed before its handler runs, so that every commit storing its effect stores the
-    mark too. A dispatch commits in the middle of the handler (Service._dispatch), releasing this row's lock: a
-    second handle task of the delivery (the drain's re-send) found it unprocessed and handled it again. Returns
-    the claim, which `_failed` takes back."""
-    delivery.processed_at = utcnow()
+def _claim(delivery: Delivery, settings) -> str:
+    """Claim the delivery for `handler_lease_s` before its handler runs, so that every commit storing part of its
+    effect stores the claim too. A dispatch commits in the middle of the handler (Service._dispatch), releasing
+    this row's lock: a second handle task of the delivery (the drain's re-send) found it free and handled it
+    again. The claim lapses rather than marking the delivery processed: a handler that dies after such a commit
+    is handled again (the outbox finds it due when the claim ends). Returns the claim, which `_failed` takes back."""
     delivery.outcome = f"{HANDLING} (claim {uuid.uuid4().hex[:12]})"
+    delivery.next_attempt_at = utcnow() + timedelta(seconds=settings.handler_lease_s)
     return delivery.outcome
+
+
+def claimed(delivery: Delivery, now) -> bool:
+    """Another handler's claim on the delivery has not lapsed yet."""
+    until = delivery.next_attempt_at
+    if not (delivery.outcome or "").startswith(HANDLING) or until is None:
+        return False
+    return (until if until.tzinfo else until.replace(tzinfo=timezone.utc)) > now
 
 
 def _failed(delivery_id: str, exc: BaseException, settings, claim: str) -> str:
@@ -125,9 +135,9 @@ def _failed(delivery_id: str, exc: BaseException, settings, claim: str) -> str:
     detail = f"{type(exc).__name__}: {exc}"[:2000]
     with session_scope() as session:
         d = session.get(Delivery, delivery_id, with_for_update=True)
-        if d is None or (d.processed_at is not None and d.outcome != claim):
-            return detail
-        d.processed_at = d.outcome = None
+        if d is None or d.processed_at is not None or claimed(d, utcnow()) and d.outcome != claim:
+            return detail  # stored by another handling since, or claimed by one
+        d.outcome = None
         d.attempts += 1
         d.last_error = detail
         now = utcnow()

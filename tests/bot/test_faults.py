@@ -171,6 +171,39 @@ def test_a_stored_delivery_whose_message_was_lost_is_sent_again_by_the_outbox(se
     assert len(evaluations()) == 1
 
 
+def test_a_handler_that_died_after_its_dispatch_committed_is_handled_again_once_its_claim_lapses(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """The dispatch's commit stores the handler's claim with the evaluation; the process then dies. Marking the
+    delivery processed at the claim would lose the rest of its handling for good; a claim that never lapsed
+    would hold it for good. While the claim holds, no other handle task or drain takes it; once it lapses the
+    outbox hands it out again, and handling it twice evaluates the head once."""
+    from bot import handlers
+    from bot.queue import kick
+    from bot.queue.tasks import _handle
+    remote.commit("changes", "speed up (xl)")
+    with monkeypatch.context() as stored_only:
+        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
+        stored_only.setattr(kick.kicker(), "healthy", True)
+        d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    real = handlers.Handlers.pull_request
+
+    def dies_after_dispatching(self, session, payload):
+        real(self, session, payload)
+        raise KeyboardInterrupt("the worker process is killed here")  # not an Exception: no _failed runs
+    with monkeypatch.context() as dying:
+        dying.setattr(handlers.Handlers, "pull_request", dies_after_dispatching)
+        with pytest.raises(KeyboardInterrupt):
+            _handle(d)
+    assert len(evaluations()) == 1 and not processed(d)
+    assert "being handled by another task" in _handle(d)
+    with session_scope() as s:
+        assert d not in outbox.drain(s, settings)  # claimed: not due
+        s.get(Delivery, d).next_attempt_at = datetime.now(timezone.utc) - timedelta(seconds=1)  # lease lapsed
+    drain_until(lambda: processed(d), settings, what="the dead handler's delivery handled again")
+    wait_until(lambda: not evaluations()[0].state.active, what="evaluation")
+    assert len(evaluations()) == 1
+
+
 def test_database_down_is_503(settings, github, remote):
     remote.commit("changes", "x")
     got = post_in_subprocess(settings, pr_payload(github, remote, "opened"), "pull_request", str(uuid.uuid4()),

@@ -236,8 +236,8 @@ def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(se
                                                                                remote, send, monkeypatch):
     """A handle task holds its delivery's row lock until it stores the delivery as processed; a second handle
     task of the same delivery (the drain sends it again when the first waited in a publish backlog longer than
-    outbox_redrive_after_s) waits for that lock, then finds it processed. The handler's dispatch commits in the
-    middle and released that lock with the delivery not processed yet: the second task handled it again, and
+    outbox_redrive_after_s) waits for that lock, then finds it processed or claimed. The handler's dispatch commits
+    in the middle and released that lock with the delivery not processed yet: the second task handled it again, and
     `/eval rerun`, its evaluation done meanwhile, evaluated the head a second time (a GPU run, a check run)."""
     from bot.queue import kick
     from bot.queue.tasks import _handle
@@ -259,4 +259,4 @@ def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(se
     monkeypatch.undo()
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
     assert len(evaluations()) == 2, [(e.id, e.trigger.value, e.requested_by) for e in evaluations()]
-    assert "evaluation 2" in first and "already processed" in second[0], (first, second)
+    assert "evaluation 2" in first and "being handled by another task" in second[0], (first, second)
