@@ -17,6 +17,7 @@
 #   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too;
 #                                            # LLAMA_MODE=decode: tg128 ratios instead)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
+#   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
 #   SIZE=27b bash bench/device/pending.sh sizes  # issue 17: 2B (default) or 27B decode/prefill/memory/KL receipts
@@ -62,6 +63,17 @@ start_pg() {
   [ -f /var/tmp/pgdata/PG_VERSION ] || as_nobody "$b/initdb" -D /var/tmp/pgdata -U postgres --auth=trust >/dev/null
   as_nobody "$b/pg_ctl" -D /var/tmp/pgdata -l /var/tmp/pgdata/log -o "-h 127.0.0.1 -p 5432 -k /var/run/postgresql" -w start \
     >/dev/null && echo "PostgreSQL up (pgserver binaries)"; }
+# llama.cpp 3f545be built on the box from the carried .llama (bench/device/llama_src.py here), once per box.
+LB=/var/tmp/llama-build
+build_llama() {
+  if [ ! -x $LB/bin/llama-bench ]; then
+    cmake -S .llama -B $LB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$OUT/llama-build.log" 2>&1 \
+      && timeout $(( $(left) - 150 )) ninja -C $LB -j16 llama-bench >> "$OUT/llama-build.log" 2>&1
+    echo "llama-bench build rc=$? in $(( $(date +%s) - T0 )) s of the call"
+  fi
+  [ -x $LB/bin/llama-bench ] || { tail -5 "$OUT/llama-build.log"; return 1; }; }
 for step in "$@"; do
 [ "$(left)" -gt 60 ] || { echo "no time left for $step"; break; }
 case $step in
@@ -114,21 +126,14 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
   llamacpp)  # issue 17: llama.cpp 3f545be built on the box from the carried .llama (bench/device/llama_src.py here),
              # run on the very files bench/runtime/prefill.py times, in this call: same-call pp512/pp4096 ratios
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
-    LB=/var/tmp/llama-build; shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
+    shapes=${LLAMA_SHAPES:-0.8b,4b,9b}
     # LLAMA_MODE=decode: tg128 at depth 0 on both sides (decode.py's ratio column reads this call's receipt)
     lflags="-ngl 99 -fa 1 -p 512,4096 -n 0 -r 6"; [ "${LLAMA_MODE:-prefill}" = decode ] && lflags="-ngl 99 -fa 1 -p 0 -n 128 -r 5"
     # the files (.cache/bench) are made while llama-bench builds (CPU-bound, nothing is timed yet)
     python3 bench/runtime/prefill.py --models $shapes --lengths 512 --gemm auto --no-e2e --turn2 "" --check-models "" \
       --out /var/tmp/synth-only > "$OUT/synth.log" 2>&1 &
     synth=$!
-    if [ ! -x $LB/bin/llama-bench ]; then
-      cmake -S .llama -B $LB -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$OUT/llama-build.log" 2>&1 \
-        && timeout $(( $(left) - 150 )) ninja -C $LB -j16 llama-bench >> "$OUT/llama-build.log" 2>&1
-      echo "llama-bench build rc=$? in $(( $(date +%s) - T0 )) s of the call"
-    fi
-    [ -x $LB/bin/llama-bench ] || { tail -5 "$OUT/llama-build.log"; continue; }
+    build_llama || continue
     wait $synth; echo "files made in $(( $(date +%s) - T0 )) s of the call"
     runs=""
     for sh in ${shapes//,/ }; do
@@ -145,6 +150,22 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
       timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $shapes --lengths 512,4096 --gemm auto \
         ${lr:+--llama-cpp "$lr"} --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12
     fi ;;
+  moe)  # issue 17: the MoE sibling (35B-A3B Q4_K_M) against llama.cpp on the same file in this call: our tg128 /
+        # pp512 / pp4096 with kernel and layer checks (bench/runtime/moe.py, synthesis ~2 min while llama-bench builds)
+    [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
+    # the file is made while llama-bench builds (CPU-bound, nothing timed yet); both sides are timed after
+    timeout $(( $(left) - 120 )) python3 bench/runtime/moe.py --synth-only --out /var/tmp/moe-synth --work /var/tmp/moe \
+      > "$OUT/moe-synth.log" 2>&1 &
+    synth=$!
+    build_llama; wait $synth; echo "MoE file made in $(( $(date +%s) - T0 )) s of the call"
+    timeout $(( $(left) - 60 )) python3 bench/runtime/moe.py --reuse --out "$OUT" --work /var/tmp/moe --runs 3 \
+      > "$OUT/moe.log" 2>&1; tail -4 "$OUT/moe.log"
+    [ -x $LB/bin/llama-bench ] || continue
+    f=$(ls /var/tmp/moe/qwen35moe-*.gguf 2>/dev/null | head -1); [ -n "$f" ] || { echo "no MoE file"; continue; }
+    timeout 150 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 5 -o json > "$OUT/llama-moe.json" \
+      2> "$OUT/llama-moe-stderr.log"
+    python3 bench/llamacpp/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 128 -r 5" \
+      --out "$OUT" 35b-a3b=$f:$OUT/llama-moe.json ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;

@@ -107,8 +107,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1 (tiny shapes)")
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--synth-only", action="store_true", help="make the file and stop (while llama-bench builds)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the file --work already holds (its sha256 read from it), else make it")
     args = ap.parse_args(argv)
     import os
+
+    from runtime.config import SHAPES, MoeConfig
+    moe_shapes = sorted(n for n, c in SHAPES.items() if isinstance(c, MoeConfig))
+    if args.shape not in moe_shapes:
+        ap.error(f"--shape {args.shape!r} is not a MoE shape: one of {', '.join(moe_shapes)}")
 
     out = Path(args.out or os.environ.get("OUT", "bench/receipts"))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -131,16 +139,20 @@ def main(argv=None) -> int:
         return r.get(name)
 
     from runtime.gguf import load_gguf
+    from runtime.gguf.writer import file_sha256
     from runtime.synth.factory import synthesize
     from runtime.triton.engine import TritonEngine
 
     path = Path(args.work) / f"qwen35moe-{args.shape}-q4_k_m-seed{args.seed}.gguf"
     path.parent.mkdir(parents=True, exist_ok=True)
-    syn = step("synth", lambda: (lambda s: {"path": str(s.path), "bytes": s.nbytes, "gguf_sha256": s.sha256,
-                                            "timings": s.timings})(
-        synthesize(args.shape, "q4_k_m", args.seed, path, device=args.device)))
-    if syn is None:
-        return 1
+    if args.reuse and path.exists():
+        syn = step("reused", lambda: {"path": str(path), "bytes": path.stat().st_size, "gguf_sha256": file_sha256(path)})
+    else:
+        syn = step("synth", lambda: (lambda s: {"path": str(s.path), "bytes": s.nbytes, "gguf_sha256": s.sha256,
+                                                "timings": s.timings})(
+            synthesize(args.shape, "q4_k_m", args.seed, path, device=args.device)))
+    if syn is None or args.synth_only:
+        return 0 if syn else 1
     model = load_gguf(path)
     r["config"] = model.config.to_dict()
     max_ctx = max(int(n) for n in args.prefill.split(",")) + 256

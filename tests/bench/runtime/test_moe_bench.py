@@ -1,0 +1,32 @@
+"""bench/runtime/moe.py's file handling, which `pending.sh moe` relies on: the file is made while llama-bench builds
+(--synth-only) and the timed run then reads that very file (--reuse, its sha256 read from it, never made again);
+a dense shape is refused before minutes of synthesis. The kernels and the timing themselves run on the device."""
+import json
+
+import pytest
+
+from bench.runtime import moe
+
+
+def receipt(out):
+    (path,) = sorted(out.glob("moe-*.json"))[-1:]
+    return json.loads(path.read_text())
+
+
+def test_the_timed_run_reads_the_file_made_while_llama_bench_built(tmp_path):
+    made, timed = tmp_path / "made", tmp_path / "timed"
+    assert moe.main(["--shape", "tiny-moe", "--device", "cpu", "--synth-only", "--work", str(tmp_path),
+                     "--out", str(made)]) == 0
+    synth = receipt(made)["synth"]
+    before = (tmp_path / "qwen35moe-tiny-moe-q4_k_m-seed0.gguf").stat().st_mtime_ns
+    assert moe.main(["--shape", "tiny-moe", "--device", "cpu", "--synth-only", "--reuse", "--work", str(tmp_path),
+                     "--out", str(timed)]) == 0
+    r = receipt(timed)
+    assert "synth" not in r and r["reused"]["gguf_sha256"] == synth["gguf_sha256"]
+    assert (tmp_path / "qwen35moe-tiny-moe-q4_k_m-seed0.gguf").stat().st_mtime_ns == before
+
+
+def test_a_dense_shape_is_refused_before_any_synthesis(tmp_path):
+    with pytest.raises(SystemExit):
+        moe.main(["--shape", "tiny", "--device", "cpu", "--work", str(tmp_path), "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
