@@ -165,7 +165,10 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     timeout 150 $LB/bin/llama-bench -m "$f" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 5 -o json > "$OUT/llama-moe.json" \
       2> "$OUT/llama-moe-stderr.log"
     python3 bench/llamacpp/llamacpp_receipt.py --llama-commit 3f545be --flags "llama-bench -ngl 99 -fa 1 -p 512,4096 -n 128 -r 5" \
-      --out "$OUT" 35b-a3b=$f:$OUT/llama-moe.json ;;
+      --out "$OUT" 35b-a3b=$f:$OUT/llama-moe.json
+    # where a MoE decode token goes (160.7 tok/s on the H200 for ~2 GB read per token: far from bandwidth-bound)
+    mkdir -p .cache/bench && ln -sf "$f" .cache/bench/qwen35-35b-a3b-q4_k_m-seed0.gguf
+    timeout $(( $(left) )) python3 bench/profiling/decode_profile.py --shape 35b-a3b --out "$OUT" 2>&1 | grep -v USDT | tail -4 ;;
   gemm512)  # issue 17: pp512 is 90 % quantized GEMM (prefill-profile-9b-…-20261202T180009Z.json): tile vs scratch
     timeout $(( $(left) )) python3 bench/runtime/prefill.py --models 0.8b,4b,9b --lengths 512,1024 --gemm tile,scratch \
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
