@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -55,6 +55,14 @@ def scrub(value):
     return value
 
 
+def claimed(delivery: Delivery, now: datetime) -> bool:
+    """A handler's claim on the delivery (bot/queue/tasks.py `_claim`) has not lapsed yet."""
+    until = delivery.next_attempt_at
+    if not (delivery.outcome or "").startswith(HANDLING) or until is None:
+        return False
+    return (until if until.tzinfo else until.replace(tzinfo=timezone.utc)) > now
+
+
 def send(delivery_id: str) -> None:
     """Queue the handle task now, without waiting on an unreachable broker (raises instead)."""
     from bot.queue.app import celery_app
@@ -84,7 +92,10 @@ def drain(session: Session, settings: Settings, now: datetime | None = None) -> 
 
 
 def requeue(session: Session, ids: list[str] | None, failed_only: bool = False) -> list[str]:
-    """Operators: make deliveries due now again (also those given up on); returns the ids sent."""
+    """Operators: make deliveries due now again (also those given up on); returns the ids sent. A delivery whose
+    handler holds its claim is left to it: made due, it was handed out again beside the live handler (which its
+    claim's lapse does anyway, should that handler have died)."""
+    now = utcnow()
     q = select(Delivery).where(Delivery.processed_at.is_(None))
     if ids:
         q = q.where(Delivery.id.in_(ids))
@@ -92,6 +103,9 @@ def requeue(session: Session, ids: list[str] | None, failed_only: bool = False) 
         q = q.where(Delivery.failed_at.is_not(None))
     out = []
     for d in session.scalars(q.with_for_update()):
+        if claimed(d, now):
+            log.warning("delivery %s: being handled (%s, until %s): not requeued", d.id, d.outcome, d.next_attempt_at)
+            continue
         d.failed_at = None
         d.attempts = 0
         d.next_attempt_at = None

@@ -18,7 +18,7 @@ from bot.db.engine import session_scope
 from bot.db.models import Delivery, utcnow
 from bot.handlers import Handlers
 from bot.queue import outbox
-from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK, HANDLING
+from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK, HANDLING, claimed
 from bot.service import FAILURE_TASK, RESULT_TASK, NoInstallation, Service
 from bot.settings import get_settings
 from worker.queue.app import STARTED_TASK, app
@@ -119,14 +119,6 @@ def _claim(delivery: Delivery, settings) -> str:
     delivery.outcome = f"{HANDLING} (claim {uuid.uuid4().hex[:12]})"
     delivery.next_attempt_at = utcnow() + timedelta(seconds=settings.handler_lease_s)
     return delivery.outcome
-
-
-def claimed(delivery: Delivery, now) -> bool:
-    """Another handler's claim on the delivery has not lapsed yet."""
-    until = delivery.next_attempt_at
-    if not (delivery.outcome or "").startswith(HANDLING) or until is None:
-        return False
-    return (until if until.tzinfo else until.replace(tzinfo=timezone.utc)) > now
 
 
 def _failed(delivery_id: str, exc: BaseException, settings, claim: str) -> str:

@@ -260,3 +260,41 @@ def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(se
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
     assert len(evaluations()) == 2, [(e.id, e.trigger.value, e.requested_by) for e in evaluations()]
     assert "evaluation 2" in first and "being handled by another task" in second[0], (first, second)
+
+
+def test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_its_claim(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """While a handler holds its delivery's claim (its dispatch committed it, the handler goes on), an operator
+    runs `tokengate deliveries requeue --all` (or names the delivery), and the beat's drain runs. Requeue cleared
+    `next_attempt_at` under the claim: the handle task it sent found the claim without a lease and handled the
+    delivery again beside the live handler (a `/eval rerun` whose evaluation had finished meanwhile ran twice),
+    and the drain found the claim due and cleared it."""
+    from bot.queue import kick, outbox
+    from bot.queue.tasks import _handle
+    from tests.bot.conftest import comment_payload
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="the first evaluation")
+    with monkeypatch.context() as stored_only:
+        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
+        stored_only.setattr(kick.kicker(), "healthy", True)
+        d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    sent: list[str] = []
+    monkeypatch.setattr(outbox, "send", sent.append)
+    seen: dict[str, list] = {}
+
+    def the_operator_requeues_and_the_beat_drains():
+        wait_until(finished(2), what="the re-run's result")
+        with session_scope() as s:
+            seen["requeued"] = outbox.requeue(s, None)
+        with session_scope() as s:
+            seen["drained"] = outbox.drain(s, settings)
+        seen["handled"] = []
+        for delivery_id in list(sent):
+            in_thread(lambda: seen["handled"].append(_handle(delivery_id)))
+    after_this_thread_sends_a_gpu_task(monkeypatch, the_operator_requeues_and_the_beat_drains)
+    first = _handle(d)
+    monkeypatch.undo()
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
+    assert len(evaluations()) == 2, ([(e.id, e.trigger.value) for e in evaluations()], seen)
+    assert (seen["requeued"], seen["drained"]) == ([], []) and "evaluation 2" in first, (seen, first)
