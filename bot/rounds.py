@@ -202,11 +202,26 @@ def still_at(session: Session, service: Service, pr: PullRequest, ev: Evaluation
 
 
 def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
-    """The plans of the due rounds this beat closed (not those another closer has, or closed since listed)."""
-    due = list(session.scalars(select(Round).where(Round.state == RoundState.OPEN, Round.closes_at <= utcnow())))
-    plans = [close_round(session, service, session.get(Repository, r.repository_id), service.settings.dry_run,
-                         round_id=r.id) for r in due]
-    return [plan for plan in plans if plan is not None]
+    """The plans of the due rounds this beat closed (not those another closer has, or closed since listed).
+
+    Each round is committed on its own, and one that fails (its repository removed from the installation, GitHub
+    down for it) is logged and left for the next beat: in one transaction, such a round stopped every repository's
+    listed after it, and rolled back those closed before it, whose winners GitHub had merged already."""
+    due = [(r.id, r.repository_id) for r in session.scalars(
+        select(Round).where(Round.state == RoundState.OPEN, Round.closes_at <= utcnow()).order_by(Round.id))]
+    plans = []
+    for round_id, repository_id in due:
+        try:
+            plan = close_round(session, service, session.get(Repository, repository_id), service.settings.dry_run,
+                               round_id=round_id)
+            session.commit()
+        except Exception:  # noqa: BLE001 - logged; the next beat tries this round again
+            session.rollback()
+            log.exception("round %s: not closed; the next beat tries again", round_id)
+            continue
+        if plan is not None:
+            plans.append(plan)
+    return plans
 
 
 def close_round_cli(repo_full_name: str, dry_run: bool) -> int:

@@ -507,3 +507,45 @@ def test_production_defaults_notice_a_dead_gpu_worker_within_30_s():
     # The heartbeat lapses ≤ ttl after the kill; the watchdog needs the task older than lost_after and looks
     # every interval (plus its 0.5 s second look).
     assert max(s.heartbeat_ttl_s, s.watchdog_lost_after_s) + s.watchdog_interval_s + 0.5 <= 30
+
+
+# ---- merge-first rounds: one repository's round that cannot be closed ---------------------------------------
+
+@pytest.mark.parametrize("listed", ["first", "after"])
+def test_a_round_that_cannot_be_closed_neither_holds_up_nor_undoes_another_repositorys(
+        settings, celery_worker, github, remote, send, listed):
+    """Two repositories' rounds are due at one beat; one repository was removed from the installation (no
+    installation on record: its round cannot be closed, the beat raises NoInstallation for it). The beat closed
+    every due round in one transaction: listed first, that round stopped every other repository's for good; listed
+    after, it rolled back a round whose winner GitHub had already merged (the round stayed open, its winner
+    unrecorded, and the next beat found the PR closed). Each round is closed (and stored) on its own."""
+    from sqlalchemy import update
+
+    from bot.db.models import Repository, Round, utcnow
+    from bot.enums import RoundState
+    from bot.queue.tasks import close_due_rounds
+    from tests.bot.helpers import finished
+
+    def removed_repository():
+        with session_scope() as s:
+            s.add(Repository(id=424242, full_name="Codertocat/Removed", installation_id=None))
+            s.flush()
+            s.add(Round(repository_id=424242, closes_at=utcnow()))
+    if listed == "first":
+        removed_repository()
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="the evaluation")
+    if listed == "after":
+        removed_repository()
+    with session_scope() as s:
+        s.execute(update(Round).values(closes_at=utcnow()))  # every window has ended
+    plans = close_due_rounds()
+    assert [p.splitlines()[-1].strip() for p in plans] == ["winner: #2"], plans
+    assert [r.status for r in github.requests_for("pulls/merge")] == [200]
+    with session_scope() as s:
+        rows = [(r.repository_id, r.state, r.winner_pull_request_id is not None)
+                for r in s.scalars(select(Round).order_by(Round.id))]
+    assert sorted(rows) == [(424242, RoundState.OPEN, False), (1296269, RoundState.CLOSED, True),
+                            (1296269, RoundState.OPEN, False)], rows
+    assert close_due_rounds() == [] and len(github.requests_for("pulls/merge")) == 1
