@@ -179,10 +179,26 @@ def run_view(ev, max_attempts: int, queue: QueueInfo | None = None) -> RunView:
                    queue=queue, retrying=retrying, page_url=page_url(ev.id))
 
 
+COMMENT_LIMIT = 65536  # GitHub refuses a longer comment body (422), and the sticky comment would keep its old text
+
+
+def comment_length(body: str) -> int:
+    """A body's length as GitHub may count it (UTF-16 code units: never fewer than the characters)."""
+    return len(body.encode("utf-16-le")) // 2
+
+
 def sticky_comment(*, current: RunView | None, earlier: list[RunView], awaiting_approval: bool,
                    approval_label: str, head_sha: str, models: list[str]) -> str:
-    return render("sticky_comment.md.j2", current=current, earlier=earlier, awaiting_approval=awaiting_approval,
-                  approval_label=approval_label, head_sha=head_sha, models=models)
+    """The comment; earlier runs are left out, oldest first, while it is longer than GitHub takes (PR text
+    lengthens when escaped: ten runs of a PR's error text and log tails went past the limit)."""
+    shown = list(earlier)
+    while True:
+        body = render("sticky_comment.md.j2", current=current, earlier=shown, omitted=len(earlier) - len(shown),
+                      awaiting_approval=awaiting_approval, approval_label=approval_label, head_sha=head_sha,
+                      models=models)
+        if comment_length(body) <= COMMENT_LIMIT or not shown:
+            return body
+        shown.pop()
 
 
 def infra_summary(reason: InfraReason, **context) -> str:
