@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bot.db.models import (ChangePoint, Evaluation, HistoryPoint, MainMeasurement, PullRequest, Receipt, Repository)
@@ -22,7 +22,8 @@ DRIFT_RATIO = 1.5  # a gate's noise floor this many times above (or below) the h
 
 
 def repo_by_name(session: Session, full_name: str) -> Repository | None:
-    return session.scalar(select(Repository).where(Repository.full_name.ilike(full_name)))
+    """GitHub's names are case-insensitive; nothing else in the path is a pattern (ILIKE took % and _ as ones)."""
+    return session.scalar(select(Repository).where(func.lower(Repository.full_name) == full_name.lower()))
 
 
 def eval_url(ev_id: int) -> str:
