@@ -174,3 +174,14 @@ def test_every_pr_field_at_once_leaves_the_sticky_comment_structure_alone():
     assert html.count("<table>") == 3  # the INFRA run's speed table, the slow run's correctness and speed tables
     assert mentions(text) == [] and mentions(check) == []
     assert "\u202e" not in text and "\u202e" not in check
+
+
+def test_the_merge_commit_title_is_one_line_of_the_pr_title():
+    """Held: the round's merge writes the PR title into main's history. Line breaks (a second line would start
+    the commit body: trailers such as Signed-off-by), control and bidi characters are folded away, the length
+    is capped, and our suffix stays last."""
+    title = "faster decode\n\nSigned-off-by: Linus <l@k.org>\r\nCo-authored-by: x <x@y.z>\x1b[31m\u202e" + "x" * 500
+    text = render.render("merge_commit_title.txt.j2", title=title, number=7).strip()
+    assert "\n" not in text and "\r" not in text and "\x1b" not in text and "\u202e" not in text, text
+    assert text.startswith("faster decode Signed-off-by") and text.endswith(" (#7) [merge-first]")
+    assert len(text) <= 200 + len(" (#7) [merge-first]") + 1

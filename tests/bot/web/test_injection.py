@@ -133,3 +133,27 @@ def test_route_parameters_neither_traverse_nor_redirect_off_site(client, filled)
         r = client.get(path, follow_redirects=False)
         location = r.headers.get("location", "")
         assert not location or location.startswith(("/", "http://testserver/")), (path, location)
+
+
+def test_a_private_repositorys_rows_are_on_no_page(client, settings, filled):
+    """Held: besides its own pages and receipts (test_pages.py), a private repository's queued and running
+    evaluations leave the shared queue page, and its main measurements and their receipts answer 404."""
+    with session_scope() as session:
+        ev = session.get(Evaluation, filled.eval_ids["none"])
+        ev.state, ev.worker_host, ev.result = EvalState.RUNNING, "gpu-box-secret", None
+        queued = session.get(Evaluation, filled.eval_ids["slow"])
+        queued.state, queued.result = EvalState.QUEUED, None
+        m = session.get(MainMeasurement, filled.main_ids[0])
+        m.state = "queued"
+        repo_id = ev.pull_request.repository_id
+    html = client.get("/queue").text
+    assert f"/evaluations/{filled.eval_ids['none']}" in html and "gpu-box-secret" in html  # public: listed
+    with session_scope() as session:
+        session.merge(RepositoryVisibility(repository_id=repo_id, private=True))
+    html = client.get("/queue").text
+    assert filled.repo_name not in html and "gpu-box-secret" not in html
+    assert "/evaluations/" not in html and "/measurements/" not in html
+    for path in (f"/measurements/{filled.main_ids[-1]}", f"/measurements/{filled.main_ids[-1]}/receipt.json",
+                 f"/evaluations/{filled.eval_ids['xl']}", f"/repos/{filled.repo_name}/history",
+                 f"/repos/{filled.repo_name}/journey"):
+        assert client.get(path).status_code == 404, path
