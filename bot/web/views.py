@@ -1,6 +1,7 @@
 """What each dashboard page shows, read from the database (no HTML here: templates/web/ renders it)."""
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -139,8 +140,10 @@ def phases(ev_or_m, result: EvalResult | None) -> list[tuple[str, float | None]]
         rows.append(("queued", (started - created).total_seconds()))
     receipt = result.receipt if result else {}
     for role, proc in (receipt.get("processes") or {}).items():
-        for model, secs in ((proc.get("hello") or {}).get("load_seconds") or {}).items():
-            rows.append((f"load {model} ({role})", secs))
+        loads = (proc.get("hello") or {}).get("load_seconds")  # in the hello the revision's runtime sent
+        for model, secs in (loads.items() if isinstance(loads, dict) else ()):
+            number = isinstance(secs, (int, float)) and not isinstance(secs, bool) and math.isfinite(secs)
+            rows.append((f"load {model} ({role})", secs if number else None))
     for model, mr in (receipt.get("models") or {}).items():
         for key, pairs in (mr.get("wall_seconds") or {}).items():
             rows.append((f"timed {model} {key}", sum(sum(p) for p in pairs)))
