@@ -157,3 +157,23 @@ def test_a_private_repositorys_rows_are_on_no_page(client, settings, filled):
                  f"/evaluations/{filled.eval_ids['xl']}", f"/repos/{filled.repo_name}/history",
                  f"/repos/{filled.repo_name}/journey"):
         assert client.get(path).status_code == 404, path
+
+
+def test_a_hello_with_non_numbers_for_load_seconds_does_not_break_the_evaluation_page(client, filled):
+    """The receipt keeps each revision's hello as its runtime sent it (worker/pipeline.py: the harness adds its own
+    load times to the runtime's `load_seconds` dict): the head's runtime put a string there, and the page's phase
+    table formatted it with "%.3f" — a 500 instead of the evaluation's page."""
+    with session_scope() as session:
+        ev = session.get(Evaluation, filled.eval_ids["slow"])
+        data = dict(ev.receipt.data)
+        data["processes"] = {**data["processes"], "head": {**data["processes"]["head"], "hello": {
+            "protocol": 1, "load_seconds": {"fake": 0.25, "x": "not a number", "y": [1.0], "z": True}}}}
+        ev.receipt.data = data
+        result = dict(ev.result)
+        result["receipt"] = data
+        ev.result = result
+    r = client.get(f"/evaluations/{filled.eval_ids['slow']}")
+    assert r.status_code == 200, r.status_code
+    phases = r.text.split('<table class="phases">', 1)[1].split("</table>", 1)[0]
+    assert "<td>load fake (head)</td><td class=\"n\">0.250 s</td>" in phases
+    assert "<td>load x (head)</td><td class=\"n\">n/a</td>" in phases and "<td>load z (head)</td><td class=\"n\">n/a</td>" in phases
