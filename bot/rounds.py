@@ -155,35 +155,48 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     if dry_run:
         return plan
 
+    rnd.state = RoundState.CLOSED
+    rnd.closed_at = utcnow()
+    rnd.outcome = "\n".join(plan.lines())
+    open_round(session, repo, service.settings.round_window_s)  # the next window starts now
     if winner is not None:
         pr, ev = winner
-        result = render.run_view(ev, service.max_attempts).result
-        scored = next((g for g in (result.gates if result else []) if g.scored), None)
-        publish.add_label(gh, pr.number, MERGE_FIRST_LABEL)
-        publish.reply(gh, pr.number, render.render(
-            "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else None,
-            verdict=Verdict(ev.verdict), head_sha=ev.head_sha, base_ref=ev.base_ref, base_sha=ev.base_sha))
         pr.is_open = False
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
+        # GitHub has merged: the round is stored closed with its winner before any other write. Rolled back by a
+        # failure after the merge (GitHub, the database, a killed process), it stayed open without its winner, and
+        # the next beat merged a second PR in it once one was measured against the new base.
+        session.commit()
+        result = render.run_view(ev, service.max_attempts).result
+        scored = next((g for g in (result.gates if result else []) if g.scored), None)
+        # Notices from here on are best effort: a failed one must not cost the losers their re-evaluations.
+        notify(f"#{pr.number}'s label", publish.add_label, gh, pr.number, MERGE_FIRST_LABEL)
+        notify(f"#{pr.number}'s winner comment", publish.reply, gh, pr.number, render.render(
+            "merge_first_winner.md.j2", speedup=ev.best_speedup, gate=scored.gate if scored else None,
+            verdict=Verdict(ev.verdict), head_sha=ev.head_sha, base_ref=ev.base_ref, base_sha=ev.base_sha))
         for other, other_ev in others:
             steps = [s for s in plan.steps if s.pr == other.number]
             if any(s.action is RoundAction.REEVALUATE or s.retargeted for s in steps):
                 continue  # re-evaluated against the fresh base already (requeue), or no longer based on it
             head_moved = any(s.head_moved for s in steps)
-            publish.reply(gh, other.number, render.render("main_moved.md.j2", base_ref=ev.base_ref,
-                                                          winner_number=pr.number, needs_rebase=False))
+            notify(f"#{other.number}'s main-moved comment", publish.reply, gh, other.number, render.render(
+                "main_moved.md.j2", base_ref=ev.base_ref, winner_number=pr.number, needs_rebase=False))
             if not head_moved:  # a moved head is re-evaluated by its own push event
                 requeue.append((other, other_ev, merged_sha))
-    rnd.state = RoundState.CLOSED
-    rnd.closed_at = utcnow()
-    rnd.outcome = "\n".join(plan.lines())
-    open_round(session, repo, service.settings.round_window_s)  # the next window starts now
     # Only now: each re-evaluation's dispatch commits, which releases the round's lock. Queued any earlier, it left
     # the round open and unlocked, and another closer closed it again; from here on it finds the round closed.
     for pr, ev, base_sha in requeue:
         reevaluate(session, service, pr, ev, base_sha)
     return plan
+
+
+def notify(what: str, write, *args) -> None:
+    """A GitHub write after the round's merge is stored: logged, not raised, when it fails."""
+    try:
+        write(*args)
+    except Exception:  # noqa: BLE001 - GitHub down: the round and its merge stand
+        log.warning("round: %s not written", what, exc_info=True)
 
 
 def reevaluate(session: Session, service: Service, pr: PullRequest, ev: Evaluation, base_sha: str) -> None:

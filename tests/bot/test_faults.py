@@ -549,3 +549,43 @@ def test_a_round_that_cannot_be_closed_neither_holds_up_nor_undoes_another_repos
     assert sorted(rows) == [(424242, RoundState.OPEN, False), (1296269, RoundState.CLOSED, True),
                             (1296269, RoundState.OPEN, False)], rows
     assert close_due_rounds() == [] and len(github.requests_for("pulls/merge")) == 1
+
+
+def test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner(settings, celery_worker, github, remote,
+                                                                        send, monkeypatch):
+    """#3 (+60 %) is merged; then GitHub fails the very next write (the winner's label: a 502; the process
+    killed there is the same). The round was written closed only in the transaction that failed: it stayed open
+    with no winner recorded, and once #2 was measured against the new main (here a maintainer's /eval rerun) the
+    next beat merged #2 as well: two winners in one round. The merge is stored as soon as GitHub has made it."""
+    from github import GithubException
+    from sqlalchemy import update
+
+    from bot.db.models import Round, utcnow
+    from bot.enums import RoundState
+    from bot.github import publish
+    from bot.queue.tasks import close_due_rounds
+    from tests.bot.helpers import finished
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+    with session_scope() as s:
+        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+
+    def label_502(*args, **kwargs):
+        raise GithubException(502, {"message": "Server Error"}, None)
+    with monkeypatch.context() as down:
+        down.setattr(publish, "add_label", label_502)
+        close_due_rounds()
+    assert [r.status for r in github.requests_for("pulls/merge")] == [200]
+    repo = github.repos["codertocat/hello-world"]  # the label's failure stops neither the notices nor #2's re-run
+    assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
+    d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    wait_until(lambda: processed(d), what="the /eval rerun of #2")
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="#2 measured against the new main")
+    close_due_rounds()
+    assert [r.status for r in github.requests_for("pulls/merge")] == [200]
+    with session_scope() as s:
+        rounds = [(r.state, r.winner_pull_request_id) for r in s.scalars(select(Round).order_by(Round.id))]
+        three = s.scalar(select(PullRequest.id).where(PullRequest.number == 3))
+    assert rounds == [(RoundState.CLOSED, three), (RoundState.OPEN, None)], rounds
