@@ -104,7 +104,7 @@ def requeue(session: Session, ids: list[str] | None, failed_only: bool = False) 
     out = []
     for d in session.scalars(q.with_for_update()):
         if claimed(d, now):
-            log.warning("delivery %s: being handled (%s, until %s): not requeued", d.id, d.outcome, d.next_attempt_at)
+            log.warning("delivery %s: %s until %s: not requeued", d.id, d.outcome, d.next_attempt_at)
             continue
         d.failed_at = None
         d.attempts = 0
