@@ -589,3 +589,27 @@ def test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner(settings
         rounds = [(r.state, r.winner_pull_request_id) for r in s.scalars(select(Round).order_by(Round.id))]
         three = s.scalar(select(PullRequest.id).where(PullRequest.number == 3))
     assert rounds == [(RoundState.CLOSED, three), (RoundState.OPEN, None)], rounds
+
+
+def test_a_failed_handler_takes_back_only_its_own_claim_and_a_refused_handle_task_counts_nothing(settings):
+    """The drain cleared a lapsed claim and handed the delivery out again; the new handler claimed it. The old
+    handler then fails: its `_failed` must leave the new claim alone (taken back, the drain would hand the
+    delivery out a third time beside the live handler). A handle task refused for a live claim is not counted
+    as handled. Its own claim, the failing handler takes back (the delivery is retried after the backoff)."""
+    from bot import metrics
+    from bot.queue.tasks import _failed, _handle
+    now = datetime.now(timezone.utc)
+    with session_scope() as s:
+        s.add(Delivery(id="d-claims", event="ping", body=b'{"zen": "x"}', body_sha256="d-claims", received_at=now,
+                       attempts=0, outcome=f"{outbox.HANDLING} (claim new)",
+                       next_attempt_at=now + timedelta(seconds=600)))
+    counted = {o: metrics.HANDLED.labels("ping", o)._value.get() for o in ("processed", "retry", "failed")}
+    assert "being handled by another task" in _handle("d-claims")
+    assert "being handled by another task" in _handle("d-claims")
+    _failed("d-claims", RuntimeError("the old handler fails"), settings, f"{outbox.HANDLING} (claim old)")
+    row = delivery("d-claims")
+    assert (row.outcome, row.attempts, row.processed_at) == (f"{outbox.HANDLING} (claim new)", 0, None)
+    assert {o: metrics.HANDLED.labels("ping", o)._value.get() for o in counted} == counted
+    _failed("d-claims", RuntimeError("the new handler fails"), settings, f"{outbox.HANDLING} (claim new)")
+    row = delivery("d-claims")
+    assert (row.outcome, row.attempts, "new handler fails" in row.last_error) == (None, 1, True)
