@@ -139,8 +139,11 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
             try:
                 merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method, title)
             except publish.MergeRefused as exc:  # the next best may merge: one PR must not stall every round
-                plan.steps.append(Step(pr.number, RoundAction.SKIP, f"GitHub refused the merge: {exc}"))
-                continue
+                # Unless GitHub did merge it and lost the answer (the client's retried PUT then met a 405).
+                merged_sha = merged_at(gh, pr.number, ev.head_sha)
+                if merged_sha is None:
+                    plan.steps.append(Step(pr.number, RoundAction.SKIP, f"GitHub refused the merge: {exc}"))
+                    continue
         winner = (pr, ev)
         plan.winner = pr.number
         plan.steps.append(Step(pr.number, RoundAction.MERGE, f"biggest verified speedup "
@@ -189,6 +192,12 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     for pr, ev, base_sha in requeue:
         reevaluate(session, service, pr, ev, base_sha)
     return plan
+
+
+def merged_at(gh, number: int, head_sha: str) -> str | None:
+    """The merge commit of the PR if GitHub shows it merged at `head_sha`, else None."""
+    live = gh.get_pull(number)
+    return live.merge_commit_sha if live.merged and live.head.sha == head_sha else None
 
 
 def notify(what: str, write, *args) -> None:

@@ -613,3 +613,30 @@ def test_a_failed_handler_takes_back_only_its_own_claim_and_a_refused_handle_tas
     _failed("d-claims", RuntimeError("the new handler fails"), settings, f"{outbox.HANDLING} (claim new)")
     row = delivery("d-claims")
     assert (row.outcome, row.attempts, "new handler fails" in row.last_error) == (None, 1, True)
+
+
+def test_a_merge_whose_answer_github_lost_is_still_the_rounds_winner(settings, celery_worker, github, remote, send):
+    """GitHub merges #3, then the connection is reset before its answer arrives; the client sends the PUT again and
+    GitHub answers 405 (merged already). The round called that 'GitHub refused the merge' and closed without a
+    winner: #3's merge unrecorded, no winner comment or label, #2 not told why main moved. A refusal for a PR
+    GitHub shows merged at the evaluated head is the round's own merge."""
+    from sqlalchemy import update
+
+    from bot.db.models import Round, utcnow
+    from bot.queue.tasks import close_due_rounds
+    from tests.bot.helpers import finished
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+    with session_scope() as s:
+        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+    github.resets = 1  # the round's first write is the merge: applied, its answer lost
+    (plan,) = close_due_rounds()
+    assert github.resets_done == 1 and [r.status for r in github.requests_for("pulls/merge")] == [200, 405]
+    assert plan.splitlines()[-1].strip() == "winner: #3", plan
+    repo = github.repos["codertocat/hello-world"]
+    assert sum("merge-first winner" in c["body"] for c in github.comments_on(repo, 3)) == 1
+    assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="#2 re-evaluated against the new main")
+    assert evaluations()[-1].base_sha == remote.git("rev-parse", "main")
