@@ -640,3 +640,31 @@ def test_a_merge_whose_answer_github_lost_is_still_the_rounds_winner(settings, c
     assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="#2 re-evaluated against the new main")
     assert evaluations()[-1].base_sha == remote.git("rev-parse", "main")
+
+
+def test_a_check_run_github_will_not_withdraw_leaves_the_commits_error_to_retry(settings, celery_worker, github,
+                                                                                remote, send, monkeypatch):
+    """The evaluation's commit fails (PostgreSQL gone) and GitHub also refuses to complete the check run created
+    before it (a 422; a 503 is the same). The withdraw is best effort: the commit's error is the delivery's (it is
+    retried and the evaluation made), never GitHub's refusal (which would have marked the delivery processed as
+    'GitHub error 422', with no evaluation)."""
+    from github import GithubException
+
+    from bot.github import publish
+    remote.commit("changes", "speed up (xl)")
+    orphans = postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch)
+    real_complete = publish.complete_check
+
+    def complete_check(repo, check_run_id, *args, **kwargs):
+        if check_run_id in orphans:
+            raise GithubException(422, {"message": "Validation Failed"}, None)
+        return real_complete(repo, check_run_id, *args, **kwargs)
+    monkeypatch.setattr(publish, "complete_check", complete_check)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="the failed commit recorded on the delivery")
+    monkeypatch.undo()
+    assert orphans and "OperationalError" in delivery(d).last_error and not processed(d)
+    drain_until(lambda: processed(d), settings, what="the delivery retried")
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
+    (ev,) = evaluations()
+    assert ev.state is EvalState.DONE and github.check_runs[orphans[0]]["status"] == "queued"  # GitHub said no
