@@ -262,7 +262,7 @@ class Service:
 
         It commits the caller's transaction: every row lock the caller holds is released and everything it read
         is expired (read again on next use); only the PR's lock is taken again. No caller may rely on another
-        lock across it: a delivery is marked processed before its handler runs (bot/queue/tasks.py `_claim`), a
+        lock across it: a delivery is claimed (a lease) before its handler runs (bot/queue/tasks.py `_claim`), a
         round is written closed before its re-evaluations are queued (rounds.close_round), and the evaluation's
         lock (`_current`) guards nothing after it."""
         repo = self.gh_repo(pr.repository)
