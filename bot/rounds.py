@@ -239,7 +239,7 @@ def close_due_rounds(session: Session, service: Service) -> list[RoundPlan]:
             session.commit()
         except Exception:  # noqa: BLE001 - logged; the next beat tries this round again
             session.rollback()
-            log.exception("round %s: not closed; the next beat tries again", round_id)
+            log.exception("round %s: closing it failed (if it is still open, the next beat tries again)", round_id)
             continue
         if plan is not None:
             plans.append(plan)
