@@ -36,7 +36,7 @@ from worker.checkout import CheckoutError, Revision, checkout_pair, remove_workt
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.verdicts.faults import EvalFault, classify, infra
 from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
-from worker.harness.client import RevisionFault, RevisionProcess
+from worker.harness.client import RevisionFault, RevisionProcess, short_text
 from worker.gates.noise import GateNull
 from worker.paths import cache_dir
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
@@ -354,7 +354,7 @@ class Evaluation:
                 self._hellos[role].setdefault("pinned", {})[spec.name] = _pin_report(procs[role], resp, p.pin_rows())
             self._hellos[role].setdefault("load_seconds", {})[spec.name] = round(secs, 3)
             for k in ("torch", "triton"):
-                self._hellos[role][k] = self._hellos[role].get(k) or resp.get(k)
+                self._hellos[role][k] = self._hellos[role].get(k) or short_text(resp.get(k))
         for role in ("base", "head"):
             if vocab[role] != vocab["reference"]:
                 raise RevisionFault(role, "load", "protocol", f"vocab {vocab[role]} != reference {vocab['reference']}")

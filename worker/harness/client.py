@@ -28,6 +28,10 @@ DRIVER_SRC = Path(__file__).with_name("driver.py")
 # The fault kinds a revision's own answer may carry (what driver.py says); every other kind (sandbox, timeout,
 # crashed, ...) is the parent's finding alone (worker/verdicts/faults.py makes some of them INFRA).
 ANSWER_KINDS = frozenset({"import", "protocol", "oom", "error"})
+# What the worker reads of a hello: the rest, and anything the worker fills in itself (load_seconds, pinned), the
+# revision could forge in its own answers (it can rewrite the driver's frame writer from import time on).
+HELLO_FIELDS = ("protocol", "runtime_file", "python", "torch", "triton", "driver")
+TEXT_CAP = 200  # a version or path string in a report; longer is the revision's noise
 
 
 class RevisionFault(Exception):
@@ -130,7 +134,8 @@ class RevisionProcess:
             return self.finish_start(timeout)
 
     def finish_start(self, timeout: float) -> dict:
-        self.hello = self.finish(phase="start", timeout=timeout)[0]
+        resp = self.finish(phase="start", timeout=timeout)[0]
+        self.hello = {k: resp[k] if type(resp.get(k)) is int else short_text(resp.get(k)) for k in HELLO_FIELDS}
         return self.hello
 
     def pin(self) -> None:
@@ -259,8 +264,13 @@ class RevisionProcess:
                 kind = "protocol"
             raise RevisionFault(self.role, phase, kind, self._redact(detail),
                                 self._redact(str(resp.get("trace", ""))[-4000:] + "\n" + self.log_tail()))
-        if "vocab_size" in resp and isinstance(resp["vocab_size"], int):
-            self.vocab = resp["vocab_size"]
+        if "vocab_size" in resp or phase == "load":
+            vocab = resp.get("vocab_size")
+            if type(vocab) is not int or vocab <= 0:
+                self._kill()
+                raise RevisionFault(self.role, phase, "protocol",
+                                    f"vocab_size {str(vocab)[:40]!r} in its answer is not a positive integer")
+            self.vocab = vocab
         return resp, elapsed
 
     def read_logits(self, resp: dict, rows: int, phase: str) -> np.ndarray:
@@ -370,3 +380,8 @@ class RevisionProcess:
             if s and len(s) >= 6:
                 text = text.replace(s, "[redacted]")
         return text
+
+
+def short_text(value) -> str | None:
+    """A revision's string for a report: None stays None, anything else is text of at most TEXT_CAP characters."""
+    return None if value is None else str(value)[:TEXT_CAP]

@@ -41,6 +41,17 @@ def test_a_head_that_labels_its_crash_a_sandbox_fault_is_not_infra(tmp_path):
     assert "'sandbox'" in r.summary and "only the worker" in r.summary, text(r)
 
 
+def test_forged_fields_in_the_drivers_answers_are_the_prs_fault(tmp_path):
+    """Its hello and answers carry the worker's own fields as non-dicts, a megabyte of version text and a vocabulary
+    size as a string: the harness tripped over them (TypeError: INFRA, retried) before."""
+    r = run_eval(tmp_path, "forge_hello")
+    if not judged(r):
+        return
+    assert r.verdict is Verdict.BUILD_FAILED and r.infra_kind is None, text(r)
+    assert "vocab_size" in r.summary, text(r)
+    assert len(text(r)) < 50_000, "the forged megabyte reached the report"
+
+
 def test_nan_only_in_timed_prefills_is_the_prs_fault(tmp_path):
     """NaN logits only when not asked for all logits (the guards see clean ones): INFRA nan_metric before."""
     r = run_eval(tmp_path, "nan_when_timed")
