@@ -36,7 +36,7 @@ from worker.checkout import CheckoutError, Revision, checkout_pair, remove_workt
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.verdicts.faults import EvalFault, classify, infra
 from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
-from worker.harness.client import RevisionFault, RevisionProcess, short_text
+from worker.harness.client import RevisionFault, RevisionProcess, bounded_memory, short_text
 from worker.gates.noise import GateNull
 from worker.paths import cache_dir
 from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
@@ -390,7 +390,8 @@ class Evaluation:
                              more_pairs=lambda n: self.fresh_pair(self.revs, spec, resolved.path, n, vocab))
                 sentinel.maybe_record(self, spec, gates, resolved, vocab, procs["reference"], out)
                 out.receipt["memory_reported_by_revision"] = {
-                    r: procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]["memory"]
+                    r: bounded_memory(procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]
+                                      .get("memory"))
                     for r in ("base", "head")}
             if self.record_aa:
                 self.record_pair_deltas(spec, out, sha=self.job.base_sha)

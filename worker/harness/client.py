@@ -382,6 +382,17 @@ class RevisionProcess:
         return text
 
 
+MEMORY_ENTRIES = 16  # a memory report with more entries is not the driver's (worker/harness/driver.py `_memory`)
+
+
+def bounded_memory(report) -> dict | None:
+    """A revision's own memory report for the receipt (the memory gates read NVML, not this): None unless a dict of
+    at most MEMORY_ENTRIES entries; keys and text values short, numbers as they are."""
+    if not isinstance(report, dict) or len(report) > MEMORY_ENTRIES:
+        return None
+    return {short_text(k)[:64]: v if type(v) in (int, float) else short_text(v) for k, v in report.items()}
+
+
 def short_text(value) -> str | None:
     """A revision's string for a report: None stays None, anything else is text of at most TEXT_CAP characters."""
     return None if value is None else str(value)[:TEXT_CAP]

@@ -52,6 +52,18 @@ def test_forged_fields_in_the_drivers_answers_are_the_prs_fault(tmp_path):
     assert len(text(r)) < 50_000, "the forged megabyte reached the report"
 
 
+def test_a_forged_memory_report_is_neither_infra_nor_kept_whole(tmp_path):
+    """The revision's own memory report (the memory gates use NVML's, not this) came back without its memory: a
+    KeyError in the harness, INFRA internal_error, before."""
+    r = run_eval(tmp_path, "forge_memory")
+    if not judged(r):
+        return
+    assert r.verdict is not Verdict.INFRA, text(r)
+    (model,) = r.receipt["models"].values()
+    reported = model["memory_reported_by_revision"]
+    assert reported["head"] is None and reported["base"] is not None, reported
+
+
 def test_nan_only_in_timed_prefills_is_the_prs_fault(tmp_path):
     """NaN logits only when not asked for all logits (the guards see clean ones): INFRA nan_metric before."""
     r = run_eval(tmp_path, "nan_when_timed")
