@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -69,27 +68,12 @@ def device_name(run) -> str:
     return gpu or (f"CPU ({host['cpu_model']})" if host.get("cpu_model") else "the worker")
 
 
-# What GitHub does to a comment's text after Markdown, which safe_text.inline leaves alone: it pings `@name`
-# after any ASCII non-word character (é@octocat, 中@org/team: Python's \w takes é and 中 for word characters),
-# autolinks `http(s)://`, `ftp://`, `www.` and e-mail addresses, references `#1`, `owner/repo#1` and `GH-1` (a
-# cross-reference on that issue, in the bot's name), and renders `$…$` as LaTeX after Markdown's escapes.
-_AT = re.compile(r"(?<![A-Za-z0-9_])@(?=[A-Za-z0-9])|@(?=[A-Za-z0-9_\\-]+\.[A-Za-z0-9])")
-_LINKISH = re.compile(r"(?i)(?<=:/)(?=/)|(?<=www)(?=\.)|(?<=#)(?=\d)|(?<=\bGH-)(?=\d)")
-
-
-def inline(text: object, cap: int = safe_text.INLINE_CAP) -> str:
-    """safe_text.inline, and none of GitHub's mentions, autolinks, references or math from PR text either (a
-    zero-width space where one would start; `$` escaped)."""
-    s = safe_text.inline(text, cap).replace("$", "\\$")
-    return _LINKISH.sub("\u200b", _AT.sub("@\u200b", s))
-
-
 @functools.lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters.update(pct=pct, percent=percent, num=num, short=short, duration=duration, device_name=device_name,
-                       **{**safe_text.FILTERS, "md": inline})
+                       **safe_text.FILTERS)
     env.globals.update(Verdict=Verdict, EvalState=EvalState, InfraReason=InfraReason, icon=VERDICT_ICON,
                        verdict_label=verdict_label, marker=STICKY_MARKER)
     return env

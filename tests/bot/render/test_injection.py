@@ -79,6 +79,18 @@ def test_a_bisection_failure_detail_cannot_inject_markdown_into_the_change_point
     assert mentions(text) == [], mentions(text)
 
 
+def test_the_clis_report_makes_no_mention_link_or_math_from_pr_text():
+    """`tokengate eval`'s comment.md shares safe_text with the bot: its escaping left `é@octocat`, bare URLs,
+    `#1` and `$…$` to GitHub (only the bot's own filter defused them)."""
+    from worker.report import comment_markdown
+    r = result_for("none", repo="r", pr=1, base_sha="b" * 40, head_sha="h" * 40)
+    r.notes = ["attempt 1: é@octocat 中@acme/gpu-team see https://evil.example www.evil.example #1 GH-2 "
+               "$\\Huge\\text{XL}$ (decode@512 kept)"]
+    text = comment_markdown(r)
+    assert mentions(text) == [] and autolinks(text) == [], (mentions(text), autolinks(text))
+    assert not re.search(r"(?<!\\)\$", text) and "decode@512" in text, text
+
+
 def test_a_mention_after_a_non_ascii_letter_is_defused():
     """GitHub's mention boundary is an ASCII non-word character: `é@octocat` and `中@acme/gpu-team` ping,
     while safe_text's `(?<![\\w])@` (Unicode \\w) took é and 中 for word characters and left them."""
