@@ -35,20 +35,22 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,uuid,memory.used --format=csv > "$OUT/gpu.txt"
 # A fresh box continuing the placebo or detection: the committed state of an earlier card (its calibration
 # gives the floors; this card's pairs are pooled in as another card's).
+# Committed states are named by the card's model (cal-state-h200-*, cal-state-h100-*): only this model's restore.
+GPU_MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -q H100 && echo h100 || echo h200)
 restore() {
   [ -f /var/tmp/cal/state.json ] && return 0
   # the newest by its stamp (the names sort by card first); an older protocol's state is history, not a floor
-  local st; st=$(for f in bench/receipts/cal-state-h200-*.json; do [ -f "$f" ] && echo "${f##*-} $f"; done \
+  local st; st=$(for f in bench/receipts/cal-state-$GPU_MODEL-*.json; do [ -f "$f" ] && echo "${f##*-} $f"; done \
     | sort | tail -1 | cut -d' ' -f2); [ -n "$st" ] || return 0
-  local tag; tag=$(basename "$st" .json); tag=${tag#cal-state-h200-}
+  local tag; tag=$(basename "$st" .json); tag=${tag#cal-state-$GPU_MODEL-}
   mkdir -p /var/tmp/cal && cp "$st" /var/tmp/cal/state.json \
-    && cp "bench/receipts/aa-history-h200-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1
+    && cp "bench/receipts/aa-history-$GPU_MODEL-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1
   echo "restored $st"; }
 cal() { [ "$1" = calibrate ] || restore
         timeout $(( $(left) )) python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
           "$1" ${CAL_ARGS:-} --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
         python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --out "$OUT" report --pool /var/tmp/cal/history.sqlite \
-          bench/receipts/aa-history-h200-*.sqlite 2>&1 | tail -4
+          bench/receipts/aa-history-$GPU_MODEL-*.sqlite 2>&1 | tail -4
         cp /var/tmp/cal/state.json "$OUT/cal-state.json"; cp /var/tmp/cal/history.sqlite "$OUT/cal-history.sqlite"; }
 # PostgreSQL for the red team's database attacks (a GPU worker has none; the attacks must still meet one):
 # the binaries of the pgserver wheel in the kit, run as nobody (postgres refuses root), trust, 127.0.0.1:5432.
@@ -81,8 +83,8 @@ case $step in
     redis-cli ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" >/dev/null
     start_pg
     # one process (-o addopts: the box has no pytest-xdist, and every red-team test is `timed` anyway)
-    timeout 200 python3 -m pytest -q -rs -o addopts="" -p no:xdist tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-h200.log" 2>&1
-    echo "redteam rc=$?"; tail -3 "$OUT/redteam-h200.log"
+    timeout 200 python3 -m pytest -q -rs -o addopts="" -p no:xdist tests/worker/redteam -p no:cacheprovider > "$OUT/redteam-$GPU_MODEL.log" 2>&1
+    echo "redteam rc=$?"; tail -3 "$OUT/redteam-$GPU_MODEL.log"
     [ "$step" = redteam ] && continue  # `redteam`: the suite only (the probes below were measured in session 9)
     timeout 60 python3 bench/worker/nvml_idle_probe.py --out "$OUT" > "$OUT/nvml.log" 2>&1; echo "nvml rc=$?"
     timeout 150 python3 bench/runtime/step_logits_check.py --shape 0.8b > "$OUT/step-logits-0.8b.json" 2>&1; echo "step rc=$?"
