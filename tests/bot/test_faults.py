@@ -551,12 +551,14 @@ def test_a_round_that_cannot_be_closed_neither_holds_up_nor_undoes_another_repos
     assert close_due_rounds() == [] and len(github.requests_for("pulls/merge")) == 1
 
 
+@pytest.mark.parametrize("failure", ["github_502", "process_killed"])
 def test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner(settings, celery_worker, github, remote,
-                                                                        send, monkeypatch):
-    """#3 (+60 %) is merged; then GitHub fails the very next write (the winner's label: a 502; the process
-    killed there is the same). The round was written closed only in the transaction that failed: it stayed open
-    with no winner recorded, and once #2 was measured against the new main (here a maintainer's /eval rerun) the
-    next beat merged #2 as well: two winners in one round. The merge is stored as soon as GitHub has made it."""
+                                                                        send, monkeypatch, failure):
+    """#3 (+60 %) is merged; then the very next write fails (the winner's label: GitHub's 502, or the process
+    killed there). The round was written closed only in the transaction that failed: it stayed open with no
+    winner recorded, and once #2 was measured against the new main (here a maintainer's /eval rerun) the next
+    beat merged #2 as well: two winners in one round. The merge is stored as soon as GitHub has made it, and a
+    notice GitHub fails costs nothing after it."""
     from github import GithubException
     from sqlalchemy import update
 
@@ -572,14 +574,21 @@ def test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner(settings
     with session_scope() as s:
         s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
 
-    def label_502(*args, **kwargs):
+    def label_fails(*args, **kwargs):
+        if failure == "process_killed":
+            raise KeyboardInterrupt("the beat's process is killed here")  # nothing after it runs
         raise GithubException(502, {"message": "Server Error"}, None)
     with monkeypatch.context() as down:
-        down.setattr(publish, "add_label", label_502)
-        close_due_rounds()
+        down.setattr(publish, "add_label", label_fails)
+        if failure == "process_killed":
+            with pytest.raises(KeyboardInterrupt):
+                close_due_rounds()
+        else:
+            close_due_rounds()
     assert [r.status for r in github.requests_for("pulls/merge")] == [200]
-    repo = github.repos["codertocat/hello-world"]  # the label's failure stops neither the notices nor #2's re-run
-    assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
+    if failure == "github_502":  # the label's failure stops neither the notices nor #2's re-run
+        repo = github.repos["codertocat/hello-world"]
+        assert sum("#3" in c["body"] and "moved" in c["body"] for c in github.comments_on(repo, 2)) == 1
     d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
     wait_until(lambda: processed(d), what="the /eval rerun of #2")
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="#2 measured against the new main")
