@@ -1,4 +1,4 @@
-"""Small read-only views of the database and the fake GitHub for assertions."""
+"""Small read-only views of the database and the fake GitHub for assertions, and setups several tests share."""
 from __future__ import annotations
 
 from sqlalchemy import select
@@ -53,3 +53,26 @@ def gpu_sends(monkeypatch, refuse: int = 0, after: int = 0) -> tuple[list[str], 
         return real(name, *args, **kwargs)
     monkeypatch.setattr(app, "send_task", send_task)
     return sent, refused
+
+
+def two_measured_prs_and_a_due_round(github, remote, send) -> None:
+    """#2 (+45 %) and #3 (+60 %) opened and measured against main; the round's window has ended."""
+    from sqlalchemy import update
+
+    from bot.db.models import Round, utcnow
+    from tests.bot.conftest import pr_payload, wait_until
+    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
+        remote.commit(branch, message)
+        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
+        wait_until(finished(number - 1), what=f"evaluation of #{number}")
+    with session_scope() as s:
+        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+
+
+def stored_not_handled(send, monkeypatch, event: str, payload: dict) -> str:
+    """Send a delivery the web request stores but hands to no handle task (its drain kick lost); its id."""
+    from bot.queue import kick
+    with monkeypatch.context() as stored_only:
+        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
+        stored_only.setattr(kick.kicker(), "healthy", True)
+        return send(event, payload).json()["delivery"]

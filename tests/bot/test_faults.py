@@ -22,7 +22,7 @@ from bot.enums import EvalState
 from bot.queue import outbox
 from bot.render import STICKY_MARKER
 from tests.bot.conftest import (PAYLOADS, comment_payload, pr_payload, signed_headers, wait_until)
-from tests.bot.helpers import evaluations, processed
+from tests.bot.helpers import evaluations, processed, stored_not_handled, two_measured_prs_and_a_due_round
 
 pytestmark = pytest.mark.services
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,12 +151,8 @@ def test_broker_down_is_503_within_a_second_and_the_stored_delivery_still_arrive
 def test_a_stored_delivery_whose_message_was_lost_is_sent_again_by_the_outbox(settings, celery_worker, github,
                                                                              remote, send, monkeypatch):
     """The broker lost the message (restart without persistence): the beat's drain sends it again."""
-    from bot.queue import kick
     remote.commit("changes", "speed up (xl)")
-    monkeypatch.setattr(kick.DrainKicker, "kick", lambda self: None)  # accepted, stored, drain kick lost
-    monkeypatch.setattr(kick.kicker(), "healthy", True)
-    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
-    monkeypatch.undo()
+    d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
     time.sleep(1.0)
     assert not processed(d)
     with session_scope() as s:  # the handle task a drain sent, then lost in a broker restart
@@ -178,13 +174,9 @@ def test_a_handler_that_died_after_its_dispatch_committed_is_handled_again_once_
     would hold it for good. While the claim holds, no other handle task or drain takes it; once it lapses the
     outbox hands it out again, and handling it twice evaluates the head once."""
     from bot import handlers
-    from bot.queue import kick
     from bot.queue.tasks import _handle
     remote.commit("changes", "speed up (xl)")
-    with monkeypatch.context() as stored_only:
-        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
-        stored_only.setattr(kick.kicker(), "healthy", True)
-        d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
     real = handlers.Handlers.pull_request
 
     def dies_after_dispatching(self, session, payload):
@@ -560,19 +552,12 @@ def test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner(settings
     beat merged #2 as well: two winners in one round. The merge is stored as soon as GitHub has made it, and a
     notice GitHub fails costs nothing after it."""
     from github import GithubException
-    from sqlalchemy import update
 
-    from bot.db.models import Round, utcnow
+    from bot.db.models import Round
     from bot.enums import RoundState
     from bot.github import publish
     from bot.queue.tasks import close_due_rounds
-    from tests.bot.helpers import finished
-    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
-        remote.commit(branch, message)
-        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
-        wait_until(finished(number - 1), what=f"evaluation of #{number}")
-    with session_scope() as s:
-        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+    two_measured_prs_and_a_due_round(github, remote, send)
 
     def label_fails(*args, **kwargs):
         if failure == "process_killed":
@@ -629,17 +614,8 @@ def test_a_merge_whose_answer_github_lost_is_still_the_rounds_winner(settings, c
     GitHub answers 405 (merged already). The round called that 'GitHub refused the merge' and closed without a
     winner: #3's merge unrecorded, no winner comment or label, #2 not told why main moved. A refusal for a PR
     GitHub shows merged at the evaluated head is the round's own merge."""
-    from sqlalchemy import update
-
-    from bot.db.models import Round, utcnow
     from bot.queue.tasks import close_due_rounds
-    from tests.bot.helpers import finished
-    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
-        remote.commit(branch, message)
-        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
-        wait_until(finished(number - 1), what=f"evaluation of #{number}")
-    with session_scope() as s:
-        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+    two_measured_prs_and_a_due_round(github, remote, send)
     github.resets = 1  # the round's first write is the merge: applied, its answer lost
     (plan,) = close_due_rounds()
     assert github.resets_done == 1 and [r.status for r in github.requests_for("pulls/merge")] == [200, 405]

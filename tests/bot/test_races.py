@@ -7,18 +7,18 @@ import threading
 
 import pytest
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from bot import rounds
 from bot.db.engine import session_scope
-from bot.db.models import Round, utcnow
+from bot.db.models import Round
 from bot.enums import EvalState, RoundState
 from bot.github import publish
 from bot.handlers import Handlers
 from bot.queue.app import celery_app
 from bot.service import Service
 from tests.bot.conftest import pr_payload, wait_until
-from tests.bot.helpers import evaluations, finished, gpu_sends
+from tests.bot.helpers import evaluations, finished, gpu_sends, stored_not_handled, two_measured_prs_and_a_due_round
 from tests.bot.test_rounds import close
 
 pytestmark = pytest.mark.services
@@ -175,12 +175,7 @@ def test_two_beats_closing_one_round_at_once_merge_once(settings, celery_worker,
     opened once. The other finds the round being closed (or closed) and does nothing. Unlocked, the second beat
     merged too (GitHub refused: 405) or closed the round again, overwriting its outcome, or closed the next
     window at once and opened a third."""
-    for number, branch, message in ((2, "a", "fast (xl:45)"), (3, "b", "faster (xl:60)")):
-        remote.commit(branch, message)
-        send("pull_request", pr_payload(github, remote, "opened", number=number, head_ref=branch))
-        wait_until(finished(number - 1), what=f"evaluation of #{number}")
-    with session_scope() as s:
-        s.execute(update(Round).values(closes_at=utcnow()))  # the window has ended
+    two_measured_prs_and_a_due_round(github, remote, send)
     ran = the_other_beat_runs_at(monkeypatch, *PAUSES[pause]())
     mine = beat()
     monkeypatch.undo()
@@ -239,16 +234,12 @@ def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(se
     outbox_redrive_after_s) waits for that lock, then finds it processed or claimed. The handler's dispatch commits
     in the middle and released that lock with the delivery not processed yet: the second task handled it again, and
     `/eval rerun`, its evaluation done meanwhile, evaluated the head a second time (a GPU run, a check run)."""
-    from bot.queue import kick
     from bot.queue.tasks import _handle
     from tests.bot.conftest import comment_payload
     remote.commit("changes", "speed up (xl)")
     send("pull_request", pr_payload(github, remote, "opened"))
     wait_until(finished(1), what="the first evaluation")
-    with monkeypatch.context() as stored_only:
-        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
-        stored_only.setattr(kick.kicker(), "healthy", True)
-        d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    d = stored_not_handled(send, monkeypatch, "issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer"))
     second: list[str] = []
 
     def the_drains_resend_runs():
@@ -269,16 +260,13 @@ def test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_i
     `next_attempt_at` under the claim: the handle task it sent found the claim without a lease and handled the
     delivery again beside the live handler (a `/eval rerun` whose evaluation had finished meanwhile ran twice),
     and the drain found the claim due and cleared it."""
-    from bot.queue import kick, outbox
+    from bot.queue import outbox
     from bot.queue.tasks import _handle
     from tests.bot.conftest import comment_payload
     remote.commit("changes", "speed up (xl)")
     send("pull_request", pr_payload(github, remote, "opened"))
     wait_until(finished(1), what="the first evaluation")
-    with monkeypatch.context() as stored_only:
-        stored_only.setattr(kick.DrainKicker, "kick", lambda self: None)
-        stored_only.setattr(kick.kicker(), "healthy", True)
-        d = send("issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer")).json()["delivery"]
+    d = stored_not_handled(send, monkeypatch, "issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer"))
     sent: list[str] = []
     monkeypatch.setattr(outbox, "send", sent.append)
     seen: dict[str, list] = {}
