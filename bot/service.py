@@ -22,7 +22,7 @@ from bot.enums import TRANSITIONS, CheckConclusion, EvalState, InfraReason, Trig
 from bot.github.client import GitHubApp, get_github_app
 from bot.github.labels import labels_for
 from bot.db.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
-                        utcnow)
+                           aware, utcnow)
 from bot.queue.position import queue_info
 from bot.settings import Settings, get_settings
 from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
@@ -42,10 +42,6 @@ _KEYS = {Installation: ("id",), Repository: ("id",), PullRequest: ("repository_i
 def login_of(user) -> str:
     """A user object's login; GitHub sends `null` for deleted accounts ("ghost")."""
     return str((user or {}).get("login") or "ghost") if isinstance(user, dict) or user is None else "ghost"
-
-
-def aware(t: datetime | None) -> datetime | None:
-    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
 
 
 def parse_time(value) -> datetime | None:
@@ -495,8 +491,7 @@ class Service:
         ev.infra_detail = result.infra_detail
         ev.duration_s = result.duration_s
         if ev.duration_s is None and ev.started_at is not None:
-            started = ev.started_at if ev.started_at.tzinfo else ev.started_at.replace(tzinfo=timezone.utc)
-            ev.duration_s = (utcnow() - started).total_seconds()
+            ev.duration_s = (utcnow() - aware(ev.started_at)).total_seconds()
         ev.gates = [GateResultRow(**vars(g)) for g in result.gates]
         ev.guards = [GuardResultRow(**vars(g)) for g in result.guards]
         if result.receipt:

@@ -16,6 +16,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def aware(t: datetime | None) -> datetime | None:
+    """A stored time as UTC-aware (SQLite reads timestamps back naive; PostgreSQL's are timestamptz)."""
+    return t.replace(tzinfo=timezone.utc) if t is not None and t.tzinfo is None else t
+
+
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
 

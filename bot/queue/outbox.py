@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from bot.db.models import Delivery, utcnow
+from bot.db.models import Delivery, aware, utcnow
 from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,13 @@ def scrub(value):
 
 def claimed(delivery: Delivery, now: datetime) -> bool:
     """A handler's claim on the delivery (bot/queue/tasks.py `_claim`) has not lapsed yet."""
-    until = delivery.next_attempt_at
-    if not (delivery.outcome or "").startswith(HANDLING) or until is None:
-        return False
-    return (until if until.tzinfo else until.replace(tzinfo=timezone.utc)) > now
+    until = aware(delivery.next_attempt_at)
+    return holds_claim(delivery) and until is not None and until > now
+
+
+def holds_claim(delivery: Delivery) -> bool:
+    """The delivery carries a handler's claim, lapsed or not."""
+    return (delivery.outcome or "").startswith(HANDLING)
 
 
 def send(delivery_id: str) -> None:
@@ -83,7 +86,7 @@ def drain(session: Session, settings: Settings, now: datetime | None = None) -> 
     sent = []
     for d in due(session, now):
         send(d.id)
-        if (d.outcome or "").startswith(HANDLING):
+        if holds_claim(d):
             d.outcome = None  # due: the claim has lapsed (its handler died), and it must not hold the new one off
         d.enqueued_at = now
         d.next_attempt_at = now + timedelta(seconds=settings.outbox_redrive_after_s)

@@ -26,9 +26,8 @@ def queue_info(session: Session, ev: Evaluation, gpu_workers: int) -> QueueInfo 
     if ev.state == EvalState.RUNNING:
         eta = None
         if median is not None and ev.started_at is not None:
-            from bot.db.models import utcnow
-            started = ev.started_at if ev.started_at.tzinfo else ev.started_at.replace(tzinfo=utcnow().tzinfo)
-            eta = max(median - (utcnow() - started).total_seconds(), 0.0)
+            from bot.db.models import aware, utcnow
+            eta = max(median - (utcnow() - aware(ev.started_at)).total_seconds(), 0.0)
         return QueueInfo(position=None, ahead_running=running, eta_s=eta, median_duration_s=median)
     if ev.state != EvalState.QUEUED:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import timedelta, timezone
+from datetime import timedelta
 
 from github import GithubException
 from kombu.exceptions import KombuError
@@ -15,7 +15,7 @@ from structlog.contextvars import bound_contextvars
 
 from bot import metrics
 from bot.db.engine import session_scope
-from bot.db.models import Delivery, utcnow
+from bot.db.models import Delivery, aware, utcnow
 from bot.handlers import Handlers
 from bot.queue import outbox
 from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK, HANDLING, claimed
@@ -133,8 +133,7 @@ def _failed(delivery_id: str, exc: BaseException, settings, claim: str) -> str:
         d.attempts += 1
         d.last_error = detail
         now = utcnow()
-        received = d.received_at if d.received_at.tzinfo else d.received_at.replace(tzinfo=timezone.utc)
-        too_old = (now - received).total_seconds() > settings.github_retry_for_s
+        too_old = (now - aware(d.received_at)).total_seconds() > settings.github_retry_for_s
         if too_old or (not transient(exc) and d.attempts >= MAX_BUG_ATTEMPTS):
             d.failed_at = now
             d.outcome = f"given up after {d.attempts} attempt(s): {detail}"

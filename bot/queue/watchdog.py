@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from celery import Celery, states
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.enums import EvalState, InfraReason, WatchdogAction
-from bot.db.models import Evaluation, utcnow
+from bot.db.models import Evaluation, aware, utcnow
 from bot.settings import Settings
 from worker.queue import auth, heartbeat
 from worker.queue.app import GPU_QUEUE, HEARTBEAT_TTL_CONF
@@ -65,10 +65,7 @@ class TaskProbe:
         state = res.state
         if state not in (states.SUCCESS, states.FAILURE):
             return None
-        done = res.date_done
-        if done is not None and done.tzinfo is None:
-            done = done.replace(tzinfo=timezone.utc)
-        return state, res.result, done
+        return state, res.result, aware(res.date_done)
 
 
 @dataclass
@@ -87,9 +84,7 @@ class Finding:
 def _age(since: datetime | None, now: datetime) -> float | None:
     if since is None:
         return None
-    if since.tzinfo is None:
-        since = since.replace(tzinfo=timezone.utc)
-    return (now - since).total_seconds()
+    return (now - aware(since)).total_seconds()
 
 
 def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: datetime | None = None,

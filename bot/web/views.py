@@ -140,7 +140,7 @@ def phases(ev_or_m, result: EvalResult | None) -> list[tuple[str, float | None]]
         rows.append(("queued", (started - created).total_seconds()))
     receipt = result.receipt if result else {}
     for role, proc in (receipt.get("processes") or {}).items():
-        loads = (proc.get("hello") or {}).get("load_seconds")  # in the hello the revision's runtime sent
+        loads = (proc.get("hello") or {}).get("load_seconds")  # receipts before 939144f kept the revision's own
         for model, secs in (loads.items() if isinstance(loads, dict) else ()):
             number = isinstance(secs, (int, float)) and not isinstance(secs, bool) and math.isfinite(secs)
             rows.append((f"load {model} ({role})", secs if number else None))
