@@ -105,7 +105,7 @@ def _pin_report(proc: RevisionProcess, resp: dict, rows: int) -> dict | None:
     got = said.get("bytes")
     want = proc.shm.pinned_bytes(rows, int(resp["vocab_size"])) if proc.shm is not None else None
     report = {"bytes_reported": got if type(got) is int else None, "expected": want,
-              "why": str(said.get("why"))[:200] if said.get("why") is not None else None}
+              "why": short_text(said.get("why"))}
     if proc.role == "base" and want is not None and got != want and said.get("cuda") is not False:
         raise RevisionFault("base", "load", "sandbox", f"the host did not page-lock the {rows} per-step logits "
                             f"rows for base ({got!r} of {want} bytes: {report['why']}); base and head would not "

@@ -1,9 +1,9 @@
 """Text that came from a PR (exception messages, log tails, branch names, titles), made safe for a comment.
 
 `inline` is for running text: HTML and Markdown are escaped, line breaks folded (no headings, tables
-or lists can start), @mentions, autolinks, references and math defused, size capped. `code_block` fences a log with more backticks
-than any run inside it (it cannot be closed from inside) and caps it from the end. Neither can
-ever emit `<!--` from PR text, so a PR cannot hide the real verdict in an HTML comment.
+or lists can start), @mentions, autolinks, references and math defused, size capped. `code_block` fences
+a log with more backticks than any run inside it (it cannot be closed from inside) and caps it from the end.
+Neither can ever emit `<!--` from PR text, so a PR cannot hide the real verdict in an HTML comment.
 """
 from __future__ import annotations
 
