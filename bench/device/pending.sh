@@ -21,6 +21,7 @@
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
 #   SIZE=27b bash bench/device/pending.sh sizes  # issue 17: 2B (default) or 27B decode/prefill/memory/KL receipts
+#   SIZE=27b bash bench/device/pending.sh refkl  # issue 17: the 27B's KL vs the fp32 reference (made on use), tg128 @0
 # State (history, clones, models) lives in /var/tmp and survives between calls while the machine is
 # warm (30 s); every step copies what it measured to $OUT. The device's git HEAD is the last landed
 # commit: the bench scripts check out the working tree (bench/tree_snapshot.py).
@@ -176,8 +177,13 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
       --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -25 ;;
   longctx)  # issue 17 item 4: every position of a 32k and a 128k prompt, the serving path's last row, 64 decode
             # steps after it; the receipt is saved before and after each length, so a cut-off call says so
+    # LONGCTX_ARGS="--logits-gb 20": the 32k rows in calls too, where one call's logits would not fit (9B, H100)
     timeout $(( $(left) )) python3 bench/runtime/long_context.py --models ${LONGCTX_MODELS:-9b} \
-      --lengths 32768,131072 --out "$OUT" 2>&1 | tail -8 ;;
+      --lengths 32768,131072 ${LONGCTX_ARGS:-} --out "$OUT" 2>&1 | tail -8 ;;
+  refkl)  # issue 17 item 2: the fp32-reference KL of a size whose decode receipt ran without it (27B: its fp32
+          # weights, 108 GB, are made on use beside the engine, bench/runtime/decode.py reference_weights)
+    timeout $(( $(left) )) python3 bench/runtime/decode.py --models ${SIZE:-27b} --depths 0 --runs 3 \
+      --skip-engine-variants --reference-shapes ${SIZE:-27b} --out "$OUT" 2>&1 | tail -8 ;;
   sizes)  # issue 17 item 2: one size per call (27B's synthesis alone takes minutes): decode tg128 @0/@16k with
           # its fp32-reference check, then prefill 512/4k/32k/128k with peak memory in what time is left
     sz=${SIZE:-2b}

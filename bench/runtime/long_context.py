@@ -172,7 +172,7 @@ def check_length(eng, ref, ids: list[int], L: int, args) -> dict:
 def run_model(shape: str, args, receipt) -> None:
     import torch
 
-    from bench.runtime.decode import dequantized_weights, sha256
+    from bench.runtime.decode import reference_weights, sha256
     from runtime.models.qwen35_reference import Qwen35Reference
     from runtime.triton.engine import load_triton_engine
     from worker.guards.scoring import text_like_ids
@@ -185,8 +185,9 @@ def run_model(shape: str, args, receipt) -> None:
     eng = load_triton_engine(path, device=args.device, max_context=longest + args.decode)
     cur["load_s"] = round(time.perf_counter() - t0, 2)
     cur["config"] = eng.config.to_dict()
-    ref = Qwen35Reference(eng.config, dequantized_weights(eng), device=eng.device)
+    ref = Qwen35Reference(eng.config, reference_weights(eng), device=eng.device)
     cur["reference_weights_bytes"] = ref.weights_bytes
+    cur["reference_weights"] = ref.weights_held
     ids = text_like_ids(eng.config.vocab_size, longest + args.decode, "long-context", args.seed)
     for L in args.lengths:
         cur["lengths"][str(L)] = {"tokens": L, "pass": None, "why": "started, not finished (cut off?)"}

@@ -12,7 +12,9 @@ model is another. GGUF norm weights are already the effective multipliers (1 + w
 """
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -45,8 +47,42 @@ def weights_from_gguf(model: GGUFModel | str | os.PathLike, device="cpu") -> dic
     return {name: qt.dequantize(device=device) for name, qt in model.tensors.items()}
 
 
-def check_weights(cfg: ModelConfig, tensors: dict[str, torch.Tensor], device="cpu") -> dict[str, torch.Tensor]:
-    """The tensors the config needs, fp32 and contiguous on `device`; ValueError if any is missing or misshapen."""
+class WeightsOnUse(Mapping):
+    """fp32 weights made each time one is read and dropped after its use, never held together.
+
+    For a reference whose resident fp32 copy would not fit beside the engine (the 27B's is 108 GB, the 9B's
+    36 GB next to 32k positions of logits): each forward pays one dequantization per tensor instead.
+    `make(name)` returns that tensor's values; shapes are name -> torch shape, checked on every read.
+    """
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]], make: Callable[[str], torch.Tensor], device="cpu"):
+        self.shapes = {k: tuple(v) for k, v in shapes.items()}
+        self.make, self.device = make, torch.device(device)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        want = self.shapes[name]  # KeyError for a name it does not have, like a dict
+        t = self.make(name)
+        if t.numel() != math.prod(want):
+            raise ValueError(f"weights: {name!r} made {t.numel()} values, its shape {list(want)} holds {math.prod(want)}")
+        return t.to(device=self.device, dtype=torch.float32).reshape(want).contiguous()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+def check_weights(cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], device="cpu") -> Mapping[str, torch.Tensor]:
+    """The tensors the config needs, fp32 and contiguous on `device`; ValueError if any is missing or misshapen.
+
+    WeightsOnUse is checked by its declared shapes (reading it would make every tensor) and kept as it is.
+    """
+    if isinstance(tensors, WeightsOnUse):
+        for name, want in expected_tensors(cfg).items():
+            if tensors.shapes.get(name) != want:
+                raise ValueError(f"weights: tensor {name!r} declared {tensors.shapes.get(name)}, expected {list(want)}")
+        return WeightsOnUse(tensors.shapes, tensors.make, device)
     out = {}
     for name, want in expected_tensors(cfg).items():
         t = tensors.get(name)
@@ -158,8 +194,13 @@ class Qwen35Reference:
         return cls(model.config, weights_from_gguf(model, device), device)
 
     @property
+    def weights_held(self) -> str:
+        return "made on use" if isinstance(self.w, WeightsOnUse) else "resident"
+
+    @property
     def weights_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.w.values())
+        """The fp32 weights' size, resident or made on use (read from shapes: reading would make them)."""
+        return 4 * sum(math.prod(s) for s in expected_tensors(self.cfg).values())
 
     def new_state(self, kv_capacity: int = 256) -> Qwen35State:
         return Qwen35State.empty(self.cfg, self.device, kv_capacity)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from runtime.models.qwen35_reference import Qwen35Reference, check_weights
+from runtime.models.qwen35_reference import Qwen35Reference, WeightsOnUse, check_weights
 from runtime.models.random_weights import random_weights, small_config
 from tests.paths import TINY
 
@@ -148,6 +148,45 @@ def test_check_weights_names_the_problem():
     bad = dict(w, **{"blk.0.ssm_a": torch.zeros(3)})
     with pytest.raises(ValueError, match=r"'blk.0.ssm_a' has shape \[3\], expected \[4\]"):
         check_weights(cfg, bad)
+
+
+def test_weights_made_on_use_give_the_same_logits_and_are_never_kept():
+    """A 27B reference cannot hold its 108 GB of fp32 weights beside the engine: made on use, each forward
+    makes every tensor again (none is kept between forwards) and the logits are the resident ones."""
+    from runtime.gguf.names import expected_tensors
+
+    cfg = small_config()
+    w = random_weights(cfg)
+    made: list[str] = []
+    lazy = WeightsOnUse(expected_tensors(cfg), lambda name: made.append(name) or w[name].flatten().clone())
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    want = Qwen35Reference(cfg, w)
+    ref = Qwen35Reference(cfg, lazy)
+    assert ref.weights_held == "made on use" and want.weights_held == "resident"
+    assert ref.weights_bytes == want.weights_bytes
+    made.clear()
+    first = ref(ids, ref.new_state(), all_logits=True)
+    per_forward = sorted(made)
+    made.clear()
+    second = ref(ids, ref.new_state(), all_logits=True)
+    assert sorted(made) == per_forward and len(per_forward) >= len(expected_tensors(cfg)) - 1  # the head is held
+    assert torch.equal(first, second)
+    assert torch.equal(first, want(ids, want.new_state(), all_logits=True))
+
+
+def test_weights_made_on_use_are_checked_like_resident_ones():
+    from runtime.gguf.names import expected_tensors
+
+    cfg = small_config()
+    w = random_weights(cfg)
+    shapes = expected_tensors(cfg)
+    with pytest.raises(ValueError, match="'blk.0.ssm_a' declared"):
+        check_weights(cfg, WeightsOnUse(dict(shapes, **{"blk.0.ssm_a": (3,)}), w.__getitem__))
+    with pytest.raises(ValueError, match="'blk.3.attn_q.weight' declared None"):
+        check_weights(cfg, WeightsOnUse({k: v for k, v in shapes.items() if k != "blk.3.attn_q.weight"}, w.__getitem__))
+    short = WeightsOnUse(shapes, lambda name: w[name].flatten()[:-1])
+    with pytest.raises(ValueError, match="made .* values"):
+        short["blk.0.attn_norm.weight"]
 
 
 def test_gdn_mode_validated():
