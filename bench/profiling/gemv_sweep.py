@@ -67,6 +67,7 @@ def record_calls(eng) -> tuple[list[tuple], list[tuple]]:
     timing), and each call on clones of its inputs as the decode step had them (for the checks:
     timing replays mutate the live ones, e.g. the residual stream every later call reads)."""
     from runtime.triton import decode as decode_mod
+    from runtime.triton import moe as moe_mod  # the MoE's router and shared expert
 
     calls, snapshots = [], []
     real = decode_mod.gemv
@@ -78,12 +79,12 @@ def record_calls(eng) -> tuple[list[tuple], list[tuple]]:
         snapshots.append((x.clone(), ws_c, out_c, kw_c))
         return real(x, ws, out, **kw)
 
-    decode_mod.gemv = recorder
+    decode_mod.gemv = moe_mod.gemv = recorder
     try:
         eng.step()
         eng.synchronize()
     finally:
-        decode_mod.gemv = real
+        decode_mod.gemv = moe_mod.gemv = real
     return calls, snapshots
 
 

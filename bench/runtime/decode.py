@@ -232,8 +232,10 @@ def dequantized_one(eng, name: str) -> torch.Tensor:
 
 
 def dequantized_weights(eng) -> dict:
-    """fp32 copies of every tensor, all resident."""
-    return {name: dequantized_one(eng, name) for name in [*eng.weights.mat, *eng.weights.vec]}
+    """fp32 copies of every tensor the reference reads, all resident, in its shapes (expert stacks [E, rows, cols])."""
+    from runtime.gguf.names import expected_tensors
+
+    return {name: dequantized_one(eng, name).reshape(shape) for name, shape in expected_tensors(eng.config).items()}
 
 
 def reference_weights(eng, on_use: bool | None = None):

@@ -82,6 +82,46 @@ def layer_check(eng, model) -> dict:
     return r
 
 
+def uniform_table(eng, name: str):
+    """gemv_sweep's tile `name` for every dense GEMV launch of one decode step where it runs as named (router and
+    shared expert included), the default table's tile elsewhere: the MoE's shapes were never swept."""
+    from bench.profiling.gemv_sweep import applies, config, record_calls
+    from runtime.kernels.gemv import AutoTile, TileTable, tile_key
+    from runtime.kernels.gemv.tiles import default_config
+
+    tile, base = config(name), default_config(eng.device)
+    entries = dict(base.entries) if isinstance(base, TileTable) else {}
+    fallback = base.fallback if isinstance(base, TileTable) else AutoTile()
+    calls, _ = record_calls(eng)
+    eng.reset()
+    launches = {tile_key(ws, bool(kw.get("swiglu"))): (ws, bool(kw.get("swiglu"))) for _, ws, _, kw in calls}
+    tiled = sorted(k for k, (ws, swiglu) in launches.items() if applies(tile, ws, swiglu))
+    entries.update({k: tile for k in tiled})
+    return TileTable(tuple(sorted(entries.items())), fallback), tiled
+
+
+def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
+    """One decode variant, "DENSE+EXPERT" (either part "default"): its own engine, layer and reference checks,
+    tg128 @0. DENSE names a gemv_sweep tile for every dense launch, EXPERT an ExpertTile (e.g. s16d16w4split)."""
+    from bench.runtime.decode import reference_check
+    from runtime.kernels.moe_experts import ExpertTile
+    from runtime.triton.engine import TritonEngine
+
+    dense, _, expert = name.partition("+")
+    table, tiled = (None, []) if dense in ("", "default") else uniform_table(eng, dense)
+    tile = ExpertTile() if expert in ("", "default") else ExpertTile.parse(expert)
+    var = TritonEngine(model, device=args.device, max_context=max_ctx, gemv_config=table, expert_tile=tile)
+    try:
+        out = {"expert_tile": vars(tile), "dense_tile": dense or "default", "dense_shapes_tiled": tiled,
+               "layer_check": layer_check(var, model)}
+        out["reference_check"] = reference_check(var, seeds=(0,), positions=args.ref_positions)
+        out["tg128@0"] = time_tg(var, 0, args.runs, n_tokens=args.tg)
+        return out
+    finally:
+        del var
+        torch.cuda.empty_cache() if args.device == "cuda" else None
+
+
 def time_prefill(eng, n: int, runs: int) -> dict:
     ids = torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
     eng.reset()
@@ -110,6 +150,10 @@ def main(argv=None) -> int:
     ap.add_argument("--synth-only", action="store_true", help="make the file and stop (while llama-bench builds)")
     ap.add_argument("--reuse", action="store_true",
                     help="time the file --work already holds (its sha256 read from it), else make it")
+    ap.add_argument("--variants", default="", help="comma list of decode variants DENSE+EXPERT to time after the "
+                    "default (see time_variant), e.g. x8q6_4x2w1+s16d16w4split")
+    ap.add_argument("--ref-positions", type=int, default=128,
+                    help="positions of the fp32-reference KL check (weights made on use); 0 = none")
     args = ap.parse_args(argv)
     import os
 
@@ -172,9 +216,15 @@ def main(argv=None) -> int:
     step("kernel_checks", lambda: kernel_checks(eng))
     step("layer_check", lambda: layer_check(eng, model))
 
+    if args.ref_positions:
+        from bench.runtime.decode import reference_check
+
+        step("reference_check", lambda: reference_check(eng, seeds=(0, 1), positions=args.ref_positions))
     step("tg128@0", lambda: time_tg(eng, 0, args.runs, n_tokens=args.tg))
     for n in args.prefill.split(","):
         step(f"pp{n}", lambda n=int(n): time_prefill(eng, n, args.runs))
+    for v in filter(None, args.variants.split(",")):
+        step(f"variant {v}", lambda v=v: time_variant(eng, model, v, max_ctx, args))
     r["finished"] = _now()
     rec.save()
     print("receipt:", rec.path)
@@ -182,6 +232,11 @@ def main(argv=None) -> int:
         v = r.get(key)
         print(f"{key:>10}: " + (f"median {v['median']:.1f} tok/s, spread {v['spread_pct']:.1f}% over {len(v['samples'])}"
                                 if v else f"not measured ({r['errors'].get(key)})"))
+    for v in filter(None, args.variants.split(",")):
+        got = r.get(f"variant {v}") or {}
+        tg, rc = got.get("tg128@0"), got.get("reference_check") or {}
+        print(f"{v:>32}: " + (f"tg128 {tg['median']:.1f} tok/s, KL {rc.get('kl_mean', float('nan')):.2e} "
+                              f"top-1 {rc.get('top1', float('nan')):.3f}" if tg else "not measured"))
     return 0
 
 

@@ -21,6 +21,7 @@ from ..kernels.gdn_decode import gdn_decode_step
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
 from ..kernels.gemv.kernel import resolve_config
 from ..kernels.gemv.tiles import default_config
+from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
 from ..kernels.quant_x import Q8Vector
 from .moe import MoeDecodeBuffers, decode_ffn as moe_decode_ffn
 from .weights import DeviceWeights
@@ -79,8 +80,10 @@ class DecodeStep:
 
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
                  gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
-                 gdn_block_v: int | None = None, gdn_pdl: bool | None = None, pdl: bool = False):
+                 gdn_block_v: int | None = None, gdn_pdl: bool | None = None, pdl: bool = False,
+                 expert_tile: ExpertTile = DEFAULT_EXPERT_TILE):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
+        self.expert_tile = expert_tile  # the MoE's routed-expert GEMVs (runtime/kernels/moe_experts)
         self.gemv_config = default_config(w.device) if gemv_config is None else gemv_config
         self.attn_config = attn_config or AttnConfig()
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)

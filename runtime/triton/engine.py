@@ -23,6 +23,7 @@ from ..gguf import GGUFModel, load_gguf
 from ..kernels.argmax import argmax_to
 from ..kernels.attn_decode import AttnConfig, default_n_split
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable
+from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
 from .decode import DecodeBuffers, DecodeState, DecodeStep, GraphRunner
 from .weights import DeviceWeights
 
@@ -35,7 +36,7 @@ class TritonEngine:
     def __init__(self, model: GGUFModel, device="cuda", max_context: int = 32768, *, use_graph: bool | None = None,
                  gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  n_split: int | None = None, gdn_block_v: int | None = None, gdn_pdl: bool | None = None,
-                 pdl: bool = False):
+                 pdl: bool = False, expert_tile: ExpertTile = DEFAULT_EXPERT_TILE):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available")
@@ -58,7 +59,7 @@ class TritonEngine:
         self.state = DecodeState(self.config, self.max_context, dev)
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
         self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_config=attn_config,
-                               gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl)
+                               gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl, expert_tile=expert_tile)
         self.use_graph = (dev.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and dev.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")

@@ -28,6 +28,7 @@ class MoeDecodeBuffers:
         self.act = torch.zeros(cfg.n_expert_used, cfg.d_ffn_exp, **f32)
         self.shared_act = torch.zeros(cfg.d_ffn_shexp, **f32)
         self.shared = torch.zeros(cfg.d_model, **f32)
+        self.part = torch.zeros(cfg.n_expert_used, cfg.d_model, **f32)  # a split down launch's per-slot sums
 
 
 def decode_ffn(step, p: str) -> None:
@@ -43,9 +44,11 @@ def decode_ffn(step, p: str) -> None:
          norm_weight=norm, eps=cfg.rms_eps, swiglu=True, config=gc, q8=b.q8)
     gemv(mb.shared_act, [mat[p + "ffn_down_shexp.weight"]], mb.shared, config=gc, q8=b.q8)
     g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
-    experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, mb.ids[0], cfg.d_ffn_exp, mb.act)
+    et = step.expert_tile
+    experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, mb.ids[0], cfg.d_ffn_exp, mb.act,
+                        tile=et)
     experts_down_gemv(mb.act, d.data, d.qtype, mb.ids[0], mb.weights[0], h, h, shared=mb.shared,
-                      shared_logit=mb.logits[cfg.n_expert:])
+                      shared_logit=mb.logits[cfg.n_expert:], tile=et, part=mb.part)
 
 
 def prefill_ffn(engine, p: str, xn: torch.Tensor, h: torch.Tensor, act: torch.Tensor) -> None:

@@ -6,6 +6,9 @@ on the device; expert e owns rows e*rows … (e+1)*rows-1. Only the chosen exper
 Decode (one token, inside the CUDA graph; ids/weights come from moe_route on the device):
   experts_swiglu_gemv: act[j] = silu(G_e xn) ⊙ (U_e xn), e = ids[j], xn = RMSNorm(x) computed in-kernel
   experts_down_gemv:   out = residual + Σ_j w_j D_e act[j] + sigmoid(s) · shared   (res may alias out)
+  ExpertTile: rows per program of both, and whether the down launch splits over the k slots (one program
+    per rows x slot writes w_j D_e act[j]; a small launch adds them in slot order: the same sum, k times
+    the programs for d = 2048 rows that are 64 programs of 32 on 132 SMs otherwise)
 Prefill (grouped GEMM over token-sorted experts):
   sort_by_expert: slots (token, j) grouped by expert, each group padded to the row tile BM, on the
     device with static shapes (no host sync); every row tile belongs to one expert.
@@ -55,31 +58,90 @@ def _swiglu_gemv_kernel(p_x, p_norm, eps, p_g, p_u, p_ids, p_act, N, K, stride_g
 
 
 @triton.jit
-def _down_gemv_kernel(p_act, p_d, p_ids, p_w, p_shared, p_slogit, p_res, p_out, N, K, stride_d,
-                      DTYPE: tl.constexpr, KSEL: tl.constexpr, HAS_SHARED: tl.constexpr, BN: tl.constexpr):
-    i_n = tl.program_id(0)
-    offs_n = i_n * BN + tl.arange(0, BN)
-    mask_n = offs_n < N
+def _down_slot(p_act, p_d, p_ids, p_w, j, offs_n, mask_n, N, K, stride_d, DTYPE: tl.constexpr, BN: tl.constexpr):
+    """w_j D_{ids[j]} act[j] over rows offs_n: one slot's share, the same arithmetic in both launch shapes."""
+    e = tl.load(p_ids + j).to(tl.int64)
+    rows = e * N + offs_n
     l = tl.arange(0, 32)
-    acc = tl.zeros((BN,), dtype=tl.float32)
-    for j in tl.static_range(KSEL):  # fixed slot order: deterministic, no atomics
-        e = tl.load(p_ids + j).to(tl.int64)
-        rows = e * N + offs_n
-        part = tl.zeros((BN,), dtype=tl.float32)
-        for k0 in range(0, K, 64):
-            a0 = tl.load(p_act + j * K + k0 + l)
-            a1 = tl.load(p_act + j * K + k0 + 32 + l)
-            d0, d1 = dequant_pair(p_d, stride_d, rows, mask_n, k0, K, DTYPE)
-            part += tl.sum(d0 * a0[None, :], 1) + tl.sum(d1 * a1[None, :], 1)
-        acc += tl.load(p_w + j) * part
+    part = tl.zeros((BN,), dtype=tl.float32)
+    for k0 in range(0, K, 64):
+        a0 = tl.load(p_act + j * K + k0 + l)
+        a1 = tl.load(p_act + j * K + k0 + 32 + l)
+        d0, d1 = dequant_pair(p_d, stride_d, rows, mask_n, k0, K, DTYPE)
+        part += tl.sum(d0 * a0[None, :], 1) + tl.sum(d1 * a1[None, :], 1)
+    return tl.load(p_w + j) * part
+
+
+@triton.jit
+def _down_finish(acc, p_shared, p_slogit, p_res, p_out, offs_n, mask_n, HAS_SHARED: tl.constexpr):
     if HAS_SHARED:
         acc += tl.sigmoid(tl.load(p_slogit)) * tl.load(p_shared + offs_n, mask=mask_n, other=0.0)
     acc += tl.load(p_res + offs_n, mask=mask_n, other=0.0)
     tl.store(p_out + offs_n, acc, mask=mask_n)
 
 
-def _gemv_bn() -> int:
-    return 64 if interpreting() else 32
+@triton.jit
+def _down_gemv_kernel(p_act, p_d, p_ids, p_w, p_shared, p_slogit, p_res, p_out, N, K, stride_d,
+                      DTYPE: tl.constexpr, KSEL: tl.constexpr, HAS_SHARED: tl.constexpr, BN: tl.constexpr):
+    offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    acc = tl.zeros((BN,), dtype=tl.float32)
+    for j in tl.static_range(KSEL):  # fixed slot order: deterministic, no atomics
+        acc += _down_slot(p_act, p_d, p_ids, p_w, j, offs_n, mask_n, N, K, stride_d, DTYPE, BN)
+    _down_finish(acc, p_shared, p_slogit, p_res, p_out, offs_n, mask_n, HAS_SHARED)
+
+
+@triton.jit
+def _down_part_kernel(p_act, p_d, p_ids, p_w, p_part, N, K, stride_d, DTYPE: tl.constexpr, BN: tl.constexpr):
+    offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    j = tl.program_id(1)
+    part = _down_slot(p_act, p_d, p_ids, p_w, j, offs_n, mask_n, N, K, stride_d, DTYPE, BN)
+    tl.store(p_part + j * N + offs_n, part, mask=mask_n)
+
+
+@triton.jit
+def _down_sum_kernel(p_part, p_shared, p_slogit, p_res, p_out, N, KSEL: tl.constexpr, HAS_SHARED: tl.constexpr,
+                     BN: tl.constexpr):
+    offs_n = tl.program_id(0) * BN + tl.arange(0, BN)
+    mask_n = offs_n < N
+    acc = tl.zeros((BN,), dtype=tl.float32)
+    for j in tl.static_range(KSEL):  # the fused kernel's order: the same sum
+        acc += tl.load(p_part + j * N + offs_n, mask=mask_n, other=0.0)
+    _down_finish(acc, p_shared, p_slogit, p_res, p_out, offs_n, mask_n, HAS_SHARED)
+
+
+@dataclass(frozen=True)
+class ExpertTile:
+    """Decode expert GEMV launch shape: rows per program of the SwiGLU and the down launch, warps, and whether
+    the down launch splits over the k chosen slots (then its partial sums are added by a second launch)."""
+
+    bn_swiglu: int = 32
+    bn_down: int = 32
+    split_down: bool = False
+    num_warps: int = 4
+
+    def __post_init__(self):
+        for bn in (self.bn_swiglu, self.bn_down):
+            if bn < 1 or bn & (bn - 1):
+                raise ValueError(f"ExpertTile: rows per program must be powers of two, got {bn}")
+
+    @classmethod
+    def parse(cls, name: str) -> "ExpertTile":
+        """'s32d32w4' (fused down) or 's16d32w4split': the benches' names for a tile."""
+        import re
+
+        m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?", name)
+        if not m:
+            raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split], e.g. s16d32w4split")
+        return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]))
+
+
+DEFAULT_EXPERT_TILE = ExpertTile()
+
+
+def _rows(bn: int) -> int:
+    return 64 if interpreting() else bn  # the interpreter: few programs
 
 
 def _check_stack(w: torch.Tensor, rows: int, what: str) -> None:
@@ -87,33 +149,45 @@ def _check_stack(w: torch.Tensor, rows: int, what: str) -> None:
         raise ValueError(f"{what}: expected a contiguous [E * {rows}, row] expert stack, got {tuple(w.shape)}")
 
 
-def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out):
+def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out,
+                        tile: ExpertTile = DEFAULT_EXPERT_TILE):
     """out [k, F] fp32 = silu(G_e xn) ⊙ (U_e xn) for e = ids[j]; x [d] fp32, ids [k] int32 on the device."""
     d, k = x.shape[-1], ids.numel()
     _check_stack(gate, n_ff, "gate_exps")
     _check_stack(up, n_ff, "up_exps")
     if d % TILE_K or out.shape != (k, n_ff) or not out.is_contiguous():
         raise ValueError(f"experts_swiglu_gemv: d {d} must be a multiple of {TILE_K}, out [{k}, {n_ff}] contiguous")
-    bn = _gemv_bn()
+    bn = _rows(tile.bn_swiglu)
     _swiglu_gemv_kernel[(k, triton.cdiv(n_ff, bn))](
         x, norm_weight, float(eps), gate, up, ids, out, n_ff, d, gate.stride(0), up.stride(0),
-        GTYPE=int(gate_type), UTYPE=int(up_type), BN=bn, BKN=triton.next_power_of_2(min(d, 1024)), num_warps=4)
+        GTYPE=int(gate_type), UTYPE=int(up_type), BN=bn, BKN=triton.next_power_of_2(min(d, 1024)),
+        num_warps=tile.num_warps)
     return out
 
 
-def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=None, shared_logit=None):
-    """out [d] = residual + Σ_j weights[j] D_{ids[j]} act[j] (+ sigmoid(shared_logit) · shared); out may be residual."""
+def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=None, shared_logit=None,
+                      tile: ExpertTile = DEFAULT_EXPERT_TILE, part: torch.Tensor | None = None):
+    """out [d] = residual + Σ_j weights[j] D_{ids[j]} act[j] (+ sigmoid(shared_logit) · shared); out may be residual.
+
+    tile.split_down needs `part`, an fp32 [k, d] scratch (a CUDA graph keeps its address)."""
     k, n_ff = act.shape
     d = residual.shape[-1]
     _check_stack(down, d, "down_exps")
     if n_ff % TILE_K or not act.is_contiguous():
         raise ValueError(f"experts_down_gemv: expert width {n_ff} must be a multiple of {TILE_K}, act contiguous")
     has_shared = shared is not None
-    bn = _gemv_bn()
-    _down_gemv_kernel[(triton.cdiv(d, bn),)](
-        act, down, ids, weights, shared if has_shared else residual, shared_logit if has_shared else weights,
-        residual, out, d, n_ff, down.stride(0), DTYPE=int(down_type), KSEL=k, HAS_SHARED=has_shared, BN=bn,
-        num_warps=4)
+    extra = (shared if has_shared else residual, shared_logit if has_shared else weights, residual, out)
+    bn = _rows(tile.bn_down)
+    if not tile.split_down:
+        _down_gemv_kernel[(triton.cdiv(d, bn),)](
+            act, down, ids, weights, *extra, d, n_ff, down.stride(0), DTYPE=int(down_type), KSEL=k,
+            HAS_SHARED=has_shared, BN=bn, num_warps=tile.num_warps)
+        return out
+    if part is None or part.shape != (k, d) or part.dtype != torch.float32 or not part.is_contiguous():
+        raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{k}, {d}] contiguous")
+    _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
+                                               DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
+    _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=k, HAS_SHARED=has_shared, BN=256, num_warps=4)
     return out
 
 

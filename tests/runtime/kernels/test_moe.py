@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from runtime.gguf.types import GGMLType
-from runtime.kernels.moe_experts import (experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
+from runtime.kernels.moe_experts import (ExpertTile, experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
                                          experts_swiglu_gemv_naive, grouped_experts, grouped_experts_naive,
                                          sort_by_expert)
 from runtime.kernels.moe_route import moe_route, moe_route_naive
@@ -35,8 +35,10 @@ def _stack(qtype, n_expert, rows, cols, device, seed):
     return random_qweight(qtype, n_expert * rows, cols, device, seed=seed)
 
 
-@pytest.mark.parametrize("gt, dt", [(GGMLType.Q4_K, GGMLType.Q6_K), (GGMLType.Q8_0, GGMLType.F32)])
-def test_decode_expert_gemvs_match_twins(device, gt, dt):
+@pytest.mark.parametrize("gt, dt, tile", [(GGMLType.Q4_K, GGMLType.Q6_K, ExpertTile()),
+                                          (GGMLType.Q8_0, GGMLType.F32, ExpertTile()),
+                                          (GGMLType.Q4_K, GGMLType.Q6_K, ExpertTile(16, 16, split_down=True))])
+def test_decode_expert_gemvs_match_twins(device, gt, dt, tile):
     d, ff = 256, 256
     gate, up = _stack(gt, E, ff, d, device, 1), _stack(gt, E, ff, d, device, 2)
     down = _stack(dt, E, d, ff, device, 3)
@@ -46,15 +48,38 @@ def test_decode_expert_gemvs_match_twins(device, gt, dt):
     ids = torch.tensor([5, 0, 7], dtype=torch.int32, device=device)
     w = torch.tensor([0.5, 0.3, 0.2], device=device)
     act = torch.empty(3, ff, device=device)
-    experts_swiglu_gemv(x, norm, 1e-6, gate.data, gt, up.data, gt, ids, ff, act)
+    experts_swiglu_gemv(x, norm, 1e-6, gate.data, gt, up.data, gt, ids, ff, act, tile=tile)
     want = experts_swiglu_gemv_naive(x, norm, 1e-6, gate.data, gt, up.data, gt, ids, ff)
     assert torch.allclose(act, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
     res = torch.randn(d, generator=g).to(device)
     shared, slog = torch.randn(d, generator=g).to(device), torch.tensor([0.7], device=device)
     out = res.clone()
-    experts_down_gemv(act, down.data, dt, ids, w, out, out, shared=shared, shared_logit=slog)  # in place
+    part = torch.full((3, d), float("nan"), device=device)  # scratch: every value written before it is read
+    experts_down_gemv(act, down.data, dt, ids, w, out, out, shared=shared, shared_logit=slog, tile=tile,
+                      part=part)  # in place
     want = experts_down_gemv_naive(act, down.data, dt, ids, w, res, shared=shared, shared_logit=slog)
     assert torch.allclose(out, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_split_down_launch_is_the_fused_sum_bit_for_bit(device):
+    """The split launch adds the slots' shares in the fused kernel's order: the same fp32 sum, not a near one."""
+    d, ff = 256, 256
+    down = _stack(GGMLType.Q4_K, E, d, ff, device, 3)
+    g = torch.Generator().manual_seed(5)
+    act = torch.randn(4, ff, generator=g).to(device)
+    ids = torch.tensor([6, 1, 3, 0], dtype=torch.int32, device=device)
+    w = torch.tensor([0.4, 0.3, 0.2, 0.1], device=device)
+    res = torch.randn(d, generator=g).to(device)
+    fused, split = res.clone(), res.clone()
+    experts_down_gemv(act, down.data, GGMLType.Q4_K, ids, w, res, fused, tile=ExpertTile(16, 16))
+    experts_down_gemv(act, down.data, GGMLType.Q4_K, ids, w, res, split, tile=ExpertTile(16, 16, split_down=True),
+                      part=torch.empty(4, d, device=device))
+    assert torch.equal(fused, split)
+    with pytest.raises(ValueError, match="needs part"):
+        experts_down_gemv(act, down.data, GGMLType.Q4_K, ids, w, res, split, tile=ExpertTile(split_down=True))
+    with pytest.raises(ValueError, match="powers of two"):
+        ExpertTile(24)
+    assert ExpertTile.parse("s16d8w2split") == ExpertTile(16, 8, True, 2)
 
 
 def test_decode_gemv_reads_only_the_chosen_experts(device):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from runtime.gguf import load_gguf
+from runtime.kernels.moe_experts import ExpertTile
 from runtime.models.attention_ref import rms_norm_ref
 from runtime.models.moe_ref import moe_ffn_ref
 from runtime.models.qwen35_reference import Qwen35Reference, weights_from_gguf
@@ -33,11 +34,12 @@ def _layer_input(cfg, n, seed):
     return h
 
 
-def test_decode_ffn_layer_matches_reference(tiny_moe, device):
+@pytest.mark.parametrize("tile", [ExpertTile(), ExpertTile(16, 16, split_down=True)], ids=["fused", "split"])
+def test_decode_ffn_layer_matches_reference(tiny_moe, device, tile):
     model, w = tiny_moe
     cfg = model.config
     dw = DeviceWeights(model, device)
-    step = DecodeStep(dw, DecodeState(cfg, 8, device), DecodeBuffers(cfg, 8, device, n_split=1))
+    step = DecodeStep(dw, DecodeState(cfg, 8, device), DecodeBuffers(cfg, 8, device, n_split=1), expert_tile=tile)
     for layer, seed in ((1, 0), (2, 1)):
         p = f"blk.{layer}."
         h = _layer_input(cfg, 1, seed)
@@ -110,3 +112,25 @@ def test_graph_decode_on_cuda_equals_eager(tiny_moe, device):
     ga = torch.stack([a.decode(t).cpu() for t in ids])
     gb = torch.stack([b.decode(t).cpu() for t in ids])
     assert torch.allclose(ga, gb, atol=1e-5)
+
+
+
+def test_reference_made_on_use_reads_the_moe_tensors_in_the_references_shapes(tiny_moe, device):
+    """The 35B-A3B's reference check makes its 140 GB of fp32 weights on use from the engine's own tensors
+    (bench/runtime/decode.py): every tensor the reference reads, expert stacks and router included, is one the
+    engine holds, of its size; the small ones (the shared-expert gate is a [1, d] matrix in the engine, [d] in
+    the reference) are gguf's dequantized values. The interpreter takes minutes for the large ones."""
+    import math
+
+    from bench.runtime.decode import reference_weights
+
+    model, w = tiny_moe
+    eng = load_triton_engine(model, device=device, max_context=8, use_graph=False)
+    lazy = reference_weights(eng, on_use=True)
+    held = {k: m.rows * m.cols for k, m in eng.weights.mat.items()} | {k: v.numel() for k, v in eng.weights.vec.items()}
+    assert {k: math.prod(s) for k, s in lazy.shapes.items()} == {k: held[k] for k in lazy.shapes}
+    assert {k: tuple(v.shape) for k, v in w.items()} == lazy.shapes
+    small = [k for k in lazy if math.prod(lazy.shapes[k]) <= 4096]
+    assert "blk.0.ffn_gate_inp_shexp.weight" in small
+    for name in small:
+        assert torch.allclose(lazy[name].cpu(), w[name], rtol=1e-5, atol=1e-6), name
