@@ -23,6 +23,7 @@ from bot.github.client import GitHubApp, get_github_app
 from bot.github.labels import labels_for
 from bot.db.models import (Evaluation, GateResultRow, GuardResultRow, Installation, PullRequest, Receipt, Repository,
                            aware, utcnow)
+from bot.queue.outbox import HANDLING_DELIVERY
 from bot.queue.position import queue_info
 from bot.settings import Settings, get_settings
 from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
@@ -219,6 +220,13 @@ class Service:
                     self._dispatch(session, pr, ev, resend=True)  # its task never reached the broker: send it
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
+        delivery_id = session.info.get(HANDLING_DELIVERY)
+        if delivery_id is not None:  # this delivery was handled before, past its dispatch's commit, and died
+            earlier = session.scalar(select(Evaluation).where(
+                Evaluation.pull_request_id == pr.id, Evaluation.head_sha == pr.head_sha,
+                Evaluation.delivery_id == delivery_id).limit(1))
+            if earlier is not None:
+                return earlier
         # A round's re-evaluation against a base already measured (another beat's, done meanwhile) is one too.
         if trigger in (Trigger.AUTO, Trigger.APPROVAL, Trigger.ROUND):
             done = session.scalar(select(Evaluation).where(
@@ -228,7 +236,7 @@ class Service:
                 return done
         ev = Evaluation(pull_request_id=pr.id, head_sha=pr.head_sha, base_sha=pr.base_sha, base_ref=pr.base_ref,
                         state=EvalState.QUEUED, trigger=trigger, requested_by=requested_by,
-                        profile=self.settings.eval.profile, attempt=1)
+                        profile=self.settings.eval.profile, attempt=1, delivery_id=delivery_id)
         session.add(ev)
         session.flush()
         self._dispatch(session, pr, ev)

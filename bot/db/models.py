@@ -114,6 +114,9 @@ class Evaluation(Base):
     state: Mapped[EvalState] = mapped_column(_enum(EvalState), default=EvalState.QUEUED, index=True)
     trigger: Mapped[Trigger] = mapped_column(_enum(Trigger))
     requested_by: Mapped[str | None] = mapped_column(String(255))
+    # The delivery whose handling asked for it: a handler that dies after its dispatch committed is handled again
+    # when its claim lapses, and finds its evaluation here instead of asking for another (`/eval rerun` twice).
+    delivery_id: Mapped[str | None] = mapped_column(String(64), index=True)
     profile: Mapped[str] = mapped_column(String(32))
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     celery_task_id: Mapped[str | None] = mapped_column(String(64))

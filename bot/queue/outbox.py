@@ -24,6 +24,8 @@ HANDLE_TASK = "tokengate.handle_delivery"
 DRAIN_TASK = "tokengate.drain_outbox"
 DRAIN_BATCH = 500
 HANDLING = "being handled"  # the outcome of a delivery whose handler holds its claim (bot/queue/tasks.py `_claim`)
+# session.info key: the delivery whose handler runs in that session (Service.request_evaluation keys its evaluations)
+HANDLING_DELIVERY = "handling_delivery"
 
 
 class BadBody(ValueError):

@@ -82,6 +82,7 @@ def _handle(delivery_id: str) -> str:
         pull = payload.get("pull_request") or payload.get("issue")
         pull = pull if isinstance(pull, dict) else {}
         claim = _claim(delivery, settings)
+        session.info[outbox.HANDLING_DELIVERY] = delivery_id
         try:
             with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
                 outcome = Handlers(Service()).dispatch(session, event, payload)

@@ -253,6 +253,43 @@ def test_a_delivery_is_handled_once_though_its_dispatch_commits_in_the_middle(se
     assert "evaluation 2" in first and "being handled by another task" in second[0], (first, second)
 
 
+class Killed(BaseException):
+    """Not an Exception: no handler code sees it, as with a SIGKILL of the worker."""
+
+
+def test_a_handler_killed_after_its_dispatch_commit_is_handled_again_without_a_second_evaluation(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """A handler killed after its dispatch committed (the evaluation stored and sent, the delivery claimed but not
+    processed) is handled again once its claim lapses, as it must be. `/eval rerun` then asked for another
+    evaluation of the head its first handling had just had measured: a second GPU run and check run for one
+    comment. Its evaluation now carries the delivery's id, and the second handling finds it."""
+    from datetime import timedelta
+
+    from bot.db.models import Delivery, utcnow
+    from bot.queue.tasks import _handle
+    from tests.bot.conftest import comment_payload
+    remote.commit("changes", "speed up (xl)")
+    send("pull_request", pr_payload(github, remote, "opened"))
+    wait_until(finished(1), what="the first evaluation")
+    d = stored_not_handled(send, monkeypatch, "issue_comment", comment_payload(github, 2, "/eval rerun", "maintainer"))
+
+    def killed():
+        raise Killed
+    after_this_thread_sends_a_gpu_task(monkeypatch, killed)
+    with pytest.raises(Killed):
+        _handle(d)
+    monkeypatch.undo()
+    wait_until(finished(2), what="the re-run's result")
+    with session_scope() as s:  # the claim lapses
+        s.get(Delivery, d).next_attempt_at = utcnow() - timedelta(seconds=1)
+    again = _handle(d)
+    wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
+    assert len(evaluations()) == 2, [(e.id, e.trigger.value, e.delivery_id) for e in evaluations()]
+    assert evaluations()[1].delivery_id == d and again.endswith("evaluation 2"), again
+    with session_scope() as s:
+        assert s.get(Delivery, d).processed_at is not None
+
+
 def test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_its_claim(
         settings, celery_worker, github, remote, send, monkeypatch):
     """While a handler holds its delivery's claim (its dispatch committed it, the handler goes on), an operator
