@@ -12,8 +12,8 @@ import uuid
 from datetime import datetime, timezone
 
 from celery import Celery, signature
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import inspect, select, update
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from bot import render
 
@@ -79,6 +79,17 @@ def withdraw_check(repo, check_run_id: int) -> None:
         publish.complete_check(repo, check_run_id, CheckConclusion.CANCELLED.value, render.unrecorded_check_output())
     except Exception:  # noqa: BLE001 - logged; GitHub is down as well
         log.warning("check run %s: left queued, its evaluation was not stored", check_run_id, exc_info=True)
+
+
+def attempt_stored(session: Session, eval_id: int, attempt: str | None) -> bool:
+    """Whether evaluation `eval_id`'s attempt `attempt` (its task id) is in the database, read on a connection of
+    its own; a database still away answers False (the caller raises, and its retry finds out)."""
+    try:
+        with Session(bind=session.get_bind()) as probe:
+            return attempt is not None and probe.scalar(
+                select(Evaluation.celery_task_id).where(Evaluation.id == eval_id)) == attempt
+    except Exception:  # noqa: BLE001 - logged by the caller's raise
+        return False
 
 
 class Service:
@@ -280,7 +291,7 @@ class Service:
         ev.celery_task_id = str(uuid.uuid4())
         ev.claimed_by = None  # a new attempt: bound to whichever worker claims it
         ev.dispatched_at = utcnow()
-        self._commit(session, repo, created)  # the result may come back before this session would otherwise commit
+        self._commit(session, repo, created, ev)  # the result may come back before this session would otherwise commit
         try:
             self.celery.send_task(
                 EVALUATE_TASK, args=[job], task_id=ev.celery_task_id, queue=GPU_QUEUE, countdown=countdown or None,
@@ -299,13 +310,26 @@ class Service:
         self.lock_pull(session, pr.id)
 
     @staticmethod
-    def _commit(session: Session, repo, created_check: int | None) -> None:
+    def _commit(session: Session, repo, created_check: int | None, ev: Evaluation) -> None:
         """Commit; if that fails, the check run this transaction created (`created_check`) is completed as
         cancelled: its evaluation was rolled back, nothing refers to it, and `queued` it would wait for ever
-        beside the one the caller's retry creates. The commit's error is raised either way."""
+        beside the one the caller's retry creates. The commit's error is raised either way.
+
+        Unless the commit was stored and only its answer lost (the connection dropped after COMMIT reached the
+        server): then it goes on as committed. Withdrawn, the check run would be a cancelled one the evaluation
+        refers to; raised, the attempt's task would never be sent and only the watchdog would call it lost (an
+        INFRA attempt charged to the PR)."""
+        eval_id, attempt = ev.id, ev.celery_task_id  # read before: a rollback expires them
         try:
             session.commit()
         except Exception:
+            session.rollback()
+            if attempt_stored(session, eval_id, attempt):
+                log.warning("evaluation %s: its commit was stored though its answer was lost; going on", eval_id)
+                if inspect(ev).transient:  # created in the rolled-back transaction: it is the stored row
+                    make_transient_to_detached(ev)
+                    session.add(ev)
+                return
             if created_check is not None:
                 withdraw_check(repo, created_check)
             raise

@@ -627,6 +627,47 @@ def test_a_merge_whose_answer_github_lost_is_still_the_rounds_winner(settings, c
     assert evaluations()[-1].base_sha == remote.git("rev-parse", "main")
 
 
+def test_an_evaluation_whose_commit_was_stored_but_its_answer_lost_goes_on(settings, celery_worker, github, remote,
+                                                                         send, monkeypatch):
+    """The connection drops after COMMIT reached PostgreSQL: the evaluation and its attempt are stored, the
+    session sees an error. The check run was withdrawn (cancelled, though the stored evaluation refers to it) and
+    the error raised before the task was sent: the delivery's retry found the attempt queued and sent, so nothing
+    ran it until the watchdog called it lost, an INFRA attempt charged to the PR. Now the stored commit is found
+    and the dispatch goes on."""
+    import threading
+
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    from bot.github import publish
+    remote.commit("changes", "speed up (xl)")
+    real_create, real_commit = publish.create_check, Session.commit
+    pending, lost = {}, []
+
+    def create_check(*args, **kwargs):
+        run_id = real_create(*args, **kwargs)
+        if not lost:
+            pending[threading.get_ident()] = run_id
+        return run_id
+
+    def commit(session):
+        real_commit(session)
+        run_id = pending.pop(threading.get_ident(), None)
+        if run_id is not None:
+            lost.append(run_id)
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+    monkeypatch.setattr(publish, "create_check", create_check)
+    monkeypatch.setattr(Session, "commit", commit)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
+    monkeypatch.undo()
+    (ev,) = evaluations()
+    assert lost == [ev.check_run_id] and (ev.state, ev.attempt, ev.verdict) == (EvalState.DONE, 1, "XL")
+    assert github.check_runs[ev.check_run_id]["conclusion"] == "success"
+    wait_until(lambda: processed(d), what="the delivery processed")
+    assert (delivery(d).attempts or 0) == 0, delivery(d).last_error
+
+
 def test_a_check_run_github_will_not_withdraw_leaves_the_commits_error_to_retry(settings, celery_worker, github,
                                                                                 remote, send, monkeypatch):
     """The evaluation's commit fails (PostgreSQL gone) and GitHub also refuses to complete the check run created
