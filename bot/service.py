@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 import uuid
 from datetime import datetime, timezone
 
@@ -25,11 +26,13 @@ from bot.db.models import (Evaluation, GateResultRow, GuardResultRow, Installati
                            aware, utcnow)
 from bot.queue.outbox import HANDLING_DELIVERY
 from bot.queue.position import queue_info
+from bot.queue.watchdog import TaskProbe
 from bot.settings import Settings, get_settings
 from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
 from worker.records import EvalResult, InfraKind, Verdict
 
 log = logging.getLogger(__name__)
+NEVER_SENT_RECHECK_S = 0.5  # as the watchdog's second look (watchdog.inspect_active recheck_s)
 
 RESULT_TASK = "tokengate.publish_result"
 HEAD_HISTORY = 20  # heads remembered per PR (which one a maintainer's /eval refers to)
@@ -83,7 +86,8 @@ def withdraw_check(repo, check_run_id: int) -> None:
 
 def attempt_stored(session: Session, eval_id: int, attempt: str | None) -> bool:
     """Whether evaluation `eval_id`'s attempt `attempt` (its task id) is in the database, read on a connection of
-    its own; a database still away answers False (the caller raises, and its retry finds out)."""
+    its own; a database still away answers False: the caller raises, and the delivery's retry finds the attempt
+    stored but never sent (Service._own_attempt_never_sent)."""
     try:
         with Session(bind=session.get_bind()) as probe:
             return attempt is not None and probe.scalar(
@@ -229,6 +233,8 @@ class Service:
             else:
                 if ev.unsent:
                     self._dispatch(session, pr, ev, resend=True)  # its task never reached the broker: send it
+                elif self._own_attempt_never_sent(session, ev):
+                    self._send_again(session, pr, ev)
                 self.refresh_sticky(session, pr)
                 return ev  # this head is already queued or running
         delivery_id = session.info.get(HANDLING_DELIVERY)
@@ -253,6 +259,34 @@ class Service:
         self._dispatch(session, pr, ev)
         self.refresh_sticky(session, pr)
         return ev
+
+    def _own_attempt_never_sent(self, session: Session, ev: Evaluation) -> bool:
+        """This delivery's own evaluation, found again when its handler runs a second time, and its task nowhere:
+        not in the broker, with no worker, not finished. The first run stored the attempt as sent and then died
+        before the send, or could not confirm its commit (the database still away) and raised before it: left so,
+        the attempt waits for the watchdog to call it lost, an INFRA attempt charged to the PR. Looked at twice,
+        as the watchdog does (a worker moves a message in two steps); a broker it cannot see says nothing."""
+        if not (ev.delivery_id is not None and ev.delivery_id == session.info.get(HANDLING_DELIVERY)
+                and ev.state is EvalState.QUEUED and ev.claimed_by is None and ev.celery_task_id):
+            return False
+        probe, task = TaskProbe(self.celery, self.settings.worker_keys), ev.celery_task_id
+        if not probe.can_see:
+            return False
+
+        def seen() -> bool:
+            return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None
+        if seen():
+            return False
+        time.sleep(NEVER_SENT_RECHECK_S)
+        return not seen()
+
+    def _send_again(self, session: Session, pr: PullRequest, ev: Evaluation) -> None:
+        """A new attempt id and check run for an attempt whose task was never sent; its old check run (queued, or
+        already withdrawn by the commit that could not be confirmed) is completed as cancelled."""
+        old_check = ev.check_run_id
+        self._dispatch(session, pr, ev)
+        if old_check is not None and old_check != ev.check_run_id:
+            withdraw_check(self.gh_repo(pr.repository), old_check)
 
     @staticmethod
     def active(session: Session, pr: PullRequest) -> list[Evaluation]:

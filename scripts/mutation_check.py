@@ -301,6 +301,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("bot/service.py", "            if attempt_stored(session, eval_id, attempt):",
                "            if False:"),),
              ("tests/bot/test_faults.py::test_an_evaluation_whose_commit_was_stored_but_its_answer_lost_goes_on",)),
+    Mutation("own-unsent-attempt-sent-again", "bot", "a delivery's retry sends its own attempt whose task is nowhere",
+             (("bot/service.py", "                elif self._own_attempt_never_sent(session, ev):",
+               "                elif False:"),),
+             (RACES + "test_a_handler_killed_between_its_dispatch_commit_and_the_send_is_handled_again_and_its_"
+              "evaluation_runs", "tests/bot/test_faults.py::test_a_stored_commit_whose_answer_was_lost_while_the_"
+              "database_restarts_is_sent_by_the_retry")),
+    Mutation("sent-again-only-when-nowhere", "bot", "an attempt whose task is queued, running or done is not sent again",
+             (("bot/service.py", "            return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None",
+               "            return False"),),
+             ("tests/bot/test_faults.py::test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_nowhere",)),
     Mutation("requeue-leaves-a-live-claim", "bot", "an operator's requeue does not hand out a delivery being handled",
              (("bot/queue/outbox.py", "        if claimed(d, now):\n            log.warning", "        if False:\n            log.warning"),),
              (RACES + "test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_its_claim",)),

@@ -668,6 +668,59 @@ def test_an_evaluation_whose_commit_was_stored_but_its_answer_lost_goes_on(setti
     assert (delivery(d).attempts or 0) == 0, delivery(d).last_error
 
 
+def test_a_stored_commit_whose_answer_was_lost_while_the_database_restarts_is_sent_by_the_retry(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """The commonest way a COMMIT's answer is lost: PostgreSQL goes down (restart, fail-over) right after the COMMIT
+    reached it. The read-back meets the database still away and cannot tell: the check run is withdrawn and the
+    error raised before the task is sent. The delivery's retry found the attempt stored as sent and sent nothing:
+    it waited until the watchdog called it lost, an INFRA attempt charged to the PR (a round never takes a winner
+    measured after one). The retry finds its own attempt's task nowhere and sends it, under a new check run.
+    (Found by the red team.)"""
+    import threading
+
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    import bot.service as service_mod
+    from bot.github import publish
+    remote.commit("changes", "speed up (xl)")
+    real_create, real_commit = publish.create_check, Session.commit
+    pending, lost, probes = {}, [], []
+
+    def create_check(*args, **kwargs):
+        run_id = real_create(*args, **kwargs)
+        if not lost:
+            pending[threading.get_ident()] = run_id
+        return run_id
+
+    def commit(session):
+        real_commit(session)  # stored ...
+        run_id = pending.pop(threading.get_ident(), None)
+        if run_id is not None:  # ... and the server goes down before its answer comes back
+            lost.append(run_id)
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+
+    class StillRestarting(Session):  # the read-back's connection: PostgreSQL is not accepting connections yet
+        def scalar(self, *args, **kwargs):
+            if not probes:
+                probes.append(1)
+                raise OperationalError("SELECT", {}, Exception("the database system is starting up"))
+            return super().scalar(*args, **kwargs)
+    monkeypatch.setattr(publish, "create_check", create_check)
+    monkeypatch.setattr(Session, "commit", commit)
+    monkeypatch.setattr(service_mod, "Session", StillRestarting)
+    d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
+    wait_until(lambda: lost and probes, what="the commit's answer lost and the read-back refused")
+    monkeypatch.undo()
+    drain_until(lambda: processed(d), settings, what="the delivery retried")  # the database is back
+    wait_until(lambda: not evaluations()[0].state.active, what="the evaluation")
+    (ev,) = evaluations()
+    runs = {run_id: (r["status"], r["conclusion"]) for run_id, r in github.check_runs.items()}
+    assert (ev.state, ev.attempt, ev.verdict, runs[ev.check_run_id]) == (
+        EvalState.DONE, 1, "XL", ("completed", "success")), runs
+    assert runs[lost[0]] == ("completed", "cancelled") and len(runs) == 2, runs  # none left queued
+
+
 def test_a_check_run_github_will_not_withdraw_leaves_the_commits_error_to_retry(settings, celery_worker, github,
                                                                                 remote, send, monkeypatch):
     """The evaluation's commit fails (PostgreSQL gone) and GitHub also refuses to complete the check run created
@@ -694,3 +747,39 @@ def test_a_check_run_github_will_not_withdraw_leaves_the_commits_error_to_retry(
     wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
     (ev,) = evaluations()
     assert ev.state is EvalState.DONE and github.check_runs[orphans[0]]["status"] == "queued"  # GitHub said no
+
+
+@pytest.mark.parametrize("where", ["queue", "worker", "backend", "unseen_broker", "other_delivery", "claimed"])
+def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_nowhere(settings, monkeypatch, where):
+    """A delivery's retry after its handler sent the task (and then failed on GitHub) must not send it again:
+    the evaluation would lose its place in the GPU queue and run twice. Only an attempt of this very delivery,
+    unclaimed, whose task the broker, the workers' heartbeats and the result backend all lack, twice, is sent."""
+    import types
+
+    import bot.service as service_mod
+    from bot.db.models import Evaluation
+    from bot.queue.outbox import HANDLING_DELIVERY
+
+    class Probe:
+        def __init__(self, celery, keys):
+            self.can_see = where != "unseen_broker"
+
+        def in_broker(self, task):
+            return where == "queue"
+
+        def beating(self, task, claimed_by=None):
+            return where == "worker"
+
+        def finished(self, task):
+            return ("SUCCESS", {}, None) if where == "backend" else None
+    monkeypatch.setattr(service_mod, "TaskProbe", Probe)
+    monkeypatch.setattr(service_mod, "NEVER_SENT_RECHECK_S", 0)
+    ev = Evaluation(state=EvalState.QUEUED, delivery_id="d-1", celery_task_id="t-1",
+                    claimed_by="gpu-a" if where == "claimed" else None)
+    session = types.SimpleNamespace(info={HANDLING_DELIVERY: "d-2" if where == "other_delivery" else "d-1"})
+    service = service_mod.Service(settings, celery=object())
+    assert service._own_attempt_never_sent(session, ev) is False
+    monkeypatch.setattr(Probe, "__init__", lambda self, c, k: setattr(self, "can_see", True))
+    if where in ("queue", "worker", "backend", "unseen_broker"):  # the same attempt, its task nowhere: sent
+        where = "nowhere"
+        assert service._own_attempt_never_sent(session, ev) is True

@@ -290,6 +290,41 @@ def test_a_handler_killed_after_its_dispatch_commit_is_handled_again_without_a_s
         assert s.get(Delivery, d).processed_at is not None
 
 
+def test_a_handler_killed_between_its_dispatch_commit_and_the_send_is_handled_again_and_its_evaluation_runs(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """The scenario above, killed one line earlier: the dispatch's commit stored the attempt as sent (and the
+    delivery's claim), then the process died (OOM, SIGKILL, a worker shutdown) before the task reached the broker.
+    Handled again when its claim lapses, the delivery found its evaluation queued and returned it: nothing sent
+    it, and it waited for the watchdog to call its message lost (an INFRA attempt charged to the PR, a second
+    check run). Its task is nowhere, so it is sent now. (Found by the red team.)"""
+    from datetime import timedelta
+
+    from bot.db.models import Delivery, utcnow
+    from bot.queue.tasks import _handle
+    from worker.queue.app import EVALUATE_TASK
+    remote.commit("changes", "speed up (xl)")
+    d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
+    app, real = celery_app(), celery_app().send_task
+
+    def send_task(name, *args, **kwargs):
+        if name == EVALUATE_TASK:
+            raise Killed  # the process dies after the dispatch's commit, before the task reaches the broker
+        return real(name, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(app, "send_task", send_task)
+        with pytest.raises(Killed):
+            _handle(d)
+    with session_scope() as s:  # the claim lapses
+        s.get(Delivery, d).next_attempt_at = utcnow() - timedelta(seconds=1)
+    _handle(d)
+    wait_until(lambda: not evaluations()[0].state.active, what="the evaluation")
+    (ev,) = evaluations()
+    assert (ev.state, ev.attempt, ev.verdict) == (EvalState.DONE, 1, "XL")
+    runs = {run_id: (r["status"], r["conclusion"]) for run_id, r in github.check_runs.items()}
+    assert runs[ev.check_run_id] == ("completed", "success") and len(runs) == 2, runs
+    assert all(status == "completed" for status, _ in runs.values()), runs
+
+
 def test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_its_claim(
         settings, celery_worker, github, remote, send, monkeypatch):
     """While a handler holds its delivery's claim (its dispatch committed it, the handler goes on), an operator
