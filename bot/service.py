@@ -266,19 +266,28 @@ class Service:
         before the send, or could not confirm its commit (the database still away) and raised before it: left so,
         the attempt waits for the watchdog to call it lost, an INFRA attempt charged to the PR. Looked at twice,
         as the watchdog does (a worker moves a message in two steps); a broker it cannot see says nothing."""
+        # attempt 1: the delivery's own dispatch; a later one is an INFRA retry's (Service._apply), whose
+        # dispatcher may still be publishing it
         if not (ev.delivery_id is not None and ev.delivery_id == session.info.get(HANDLING_DELIVERY)
-                and ev.state is EvalState.QUEUED and ev.claimed_by is None and ev.celery_task_id):
+                and ev.state is EvalState.QUEUED and ev.claimed_by is None and ev.celery_task_id and ev.attempt == 1):
             return False
         probe, task = TaskProbe(self.celery, self.settings.worker_keys), ev.celery_task_id
         if not probe.can_see:
             return False
+        age = (utcnow() - aware(ev.dispatched_at)).total_seconds() if ev.dispatched_at else None
+        if age is not None and age < self.settings.send_in_flight_s and not self._seen(probe, task):
+            # its first handler may still be publishing it (a claim can lapse under a live one): look later
+            raise TimeoutError(f"evaluation {ev.id}: attempt {task} not in the broker {age:.0f} s after its "
+                               "dispatch; the delivery looks again later")
 
-        def seen() -> bool:
-            return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None
-        if seen():
+        if self._seen(probe, task):
             return False
         time.sleep(NEVER_SENT_RECHECK_S)
-        return not seen()
+        return not self._seen(probe, task)
+
+    @staticmethod
+    def _seen(probe: TaskProbe, task: str) -> bool:
+        return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None
 
     def _send_again(self, session: Session, pr: PullRequest, ev: Evaluation) -> None:
         """A new attempt id and check run for an attempt whose task was never sent; its old check run (queued, or

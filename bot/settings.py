@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # A running handler's claim on its delivery: no other handle task takes it meanwhile; a handler that died
     # mid-way (after a commit stored its claim) is handled again once the claim has lapsed.
     handler_lease_s: float = Field(600.0, gt=0)
+    # A delivery's retry that finds its own attempt nowhere in the broker sends it again only once it was stored
+    # as sent this long ago: before that, its first handler may still be publishing it (the retry waits instead).
+    send_in_flight_s: float = Field(30.0, ge=0)
     github_retry_for_s: float = Field(3600.0, gt=0)  # transient GitHub/network errors retried this long
     github_retry_max_backoff_s: float = Field(300.0, gt=0)
     metrics_port: int = Field(0, ge=0)  # publish worker's own /metrics (GitHub API errors, rate limit); 0 = off

@@ -308,9 +308,19 @@ MUTATIONS: tuple[Mutation, ...] = (
               "evaluation_runs", "tests/bot/test_faults.py::test_a_stored_commit_whose_answer_was_lost_while_the_"
               "database_restarts_is_sent_by_the_retry")),
     Mutation("sent-again-only-when-nowhere", "bot", "an attempt whose task is queued, running or done is not sent again",
-             (("bot/service.py", "            return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None",
-               "            return False"),),
+             (("bot/service.py", "        return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None",
+               "        return False"),),
              ("tests/bot/test_faults.py::test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_nowhere",)),
+    Mutation("sent-again-only-its-own-attempt", "bot", "a delivery's retry never sends an INFRA retry's attempt again",
+             (("bot/service.py", " and ev.celery_task_id and ev.attempt == 1):", " and ev.celery_task_id):"),),
+             (RACES + "test_a_deliverys_retry_does_not_send_again_an_infra_retry_its_dispatcher_is_still_sending",
+              "tests/bot/test_faults.py::test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_"
+              "nowhere")),
+    Mutation("sent-again-only-after-its-publish", "bot", "an attempt younger than send_in_flight_s is looked at later",
+             (("bot/service.py", "        if age is not None and age < self.settings.send_in_flight_s and not self._seen(probe, task):",
+               "        if False:"),),
+             ("tests/bot/test_faults.py::test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_"
+              "nowhere",)),
     Mutation("requeue-leaves-a-live-claim", "bot", "an operator's requeue does not hand out a delivery being handled",
              (("bot/queue/outbox.py", "        if claimed(d, now):\n            log.warning", "        if False:\n            log.warning"),),
              (RACES + "test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_its_claim",)),

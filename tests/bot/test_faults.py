@@ -712,6 +712,7 @@ def test_a_stored_commit_whose_answer_was_lost_while_the_database_restarts_is_se
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     wait_until(lambda: lost and probes, what="the commit's answer lost and the read-back refused")
     monkeypatch.undo()
+    monkeypatch.setattr(settings, "send_in_flight_s", 0.0)  # the retry comes seconds after the first handling
     drain_until(lambda: processed(d), settings, what="the delivery retried")  # the database is back
     wait_until(lambda: not evaluations()[0].state.active, what="the evaluation")
     (ev,) = evaluations()
@@ -749,15 +750,18 @@ def test_a_check_run_github_will_not_withdraw_leaves_the_commits_error_to_retry(
     assert ev.state is EvalState.DONE and github.check_runs[orphans[0]]["status"] == "queued"  # GitHub said no
 
 
-@pytest.mark.parametrize("where", ["queue", "worker", "backend", "unseen_broker", "other_delivery", "claimed"])
+@pytest.mark.parametrize("where", ["queue", "worker", "backend", "unseen_broker", "other_delivery", "claimed",
+                                   "infra_retry", "young"])
 def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_nowhere(settings, monkeypatch, where):
     """A delivery's retry after its handler sent the task (and then failed on GitHub) must not send it again:
-    the evaluation would lose its place in the GPU queue and run twice. Only an attempt of this very delivery,
-    unclaimed, whose task the broker, the workers' heartbeats and the result backend all lack, twice, is sent."""
+    the evaluation would lose its place in the GPU queue and run twice. Only this very delivery's own attempt
+    (attempt 1: a later one is an INFRA retry's, whose dispatcher may still be publishing it), unclaimed, stored
+    as sent at least `send_in_flight_s` ago, whose task the broker, the workers' heartbeats and the result backend
+    all lack, twice, is sent."""
     import types
 
     import bot.service as service_mod
-    from bot.db.models import Evaluation
+    from bot.db.models import Evaluation, utcnow
     from bot.queue.outbox import HANDLING_DELIVERY
 
     class Probe:
@@ -774,10 +778,15 @@ def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is
             return ("SUCCESS", {}, None) if where == "backend" else None
     monkeypatch.setattr(service_mod, "TaskProbe", Probe)
     monkeypatch.setattr(service_mod, "NEVER_SENT_RECHECK_S", 0)
-    ev = Evaluation(state=EvalState.QUEUED, delivery_id="d-1", celery_task_id="t-1",
-                    claimed_by="gpu-a" if where == "claimed" else None)
+    ev = Evaluation(id=7, state=EvalState.QUEUED, delivery_id="d-1", celery_task_id="t-1",
+                    claimed_by="gpu-a" if where == "claimed" else None, attempt=2 if where == "infra_retry" else 1,
+                    dispatched_at=utcnow() - timedelta(seconds=5 if where == "young" else 60))
     session = types.SimpleNamespace(info={HANDLING_DELIVERY: "d-2" if where == "other_delivery" else "d-1"})
     service = service_mod.Service(settings, celery=object())
+    if where == "young":  # its first handler may still be publishing it: the delivery looks again later
+        with pytest.raises(TimeoutError, match="looks again later"):
+            service._own_attempt_never_sent(session, ev)
+        return
     assert service._own_attempt_never_sent(session, ev) is False
     monkeypatch.setattr(Probe, "__init__", lambda self, c, k: setattr(self, "can_see", True))
     if where in ("queue", "worker", "backend", "unseen_broker"):  # the same attempt, its task nowhere: sent

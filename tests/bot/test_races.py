@@ -303,6 +303,7 @@ def test_a_handler_killed_between_its_dispatch_commit_and_the_send_is_handled_ag
     from bot.queue.tasks import _handle
     from worker.queue.app import EVALUATE_TASK
     remote.commit("changes", "speed up (xl)")
+    monkeypatch.setattr(settings, "send_in_flight_s", 0.0)  # the claim made to lapse at once, below
     d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
     app, real = celery_app(), celery_app().send_task
 
@@ -358,3 +359,51 @@ def test_an_operators_requeue_does_not_hand_out_a_delivery_whose_handler_holds_i
     wait_until(lambda: all(not e.state.active for e in evaluations()), what="every evaluation finished")
     assert len(evaluations()) == 2, ([(e.id, e.trigger.value) for e in evaluations()], seen)
     assert (seen["requeued"], seen["drained"]) == ([], []) and "evaluation 2" in first, (seen, first)
+
+
+def test_a_deliverys_retry_does_not_send_again_an_infra_retry_its_dispatcher_is_still_sending(
+        settings, celery_worker, github, remote, send, monkeypatch):
+    """The delivery's first handling sent attempt 1 and then failed on GitHub (502): retried. Attempt 1 comes back
+    INFRA and the publish worker dispatches attempt 2: it commits it (task Z, unclaimed), then its broker publish
+    is slow (Redis latency, a fail-over). The delivery's retry ran in that window, found its evaluation queued
+    with Z nowhere, twice, and sent attempt Y as well: two GPU runs of attempt 2, Y without the INFRA retry's
+    backoff. A later attempt is not the delivery's own. (Found by the red team.)"""
+    from celery import states
+    from github import GithubException
+
+    from bot.queue.tasks import _handle
+    from worker.queue.app import EVALUATE_TASK
+    remote.commit("changes", "speed up (flaky)")  # INFRA on attempt 1, then XL
+    monkeypatch.setattr(settings, "send_in_flight_s", 0.0)  # only the attempt rule stands between them
+    d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
+    app, real = celery_app(), celery_app().send_task
+    me = threading.current_thread()
+    sent: list[tuple[str, int]] = []
+    committed, go = threading.Event(), threading.Event()
+
+    def send_task(name, *args, **kwargs):
+        if name != EVALUATE_TASK:
+            return real(name, *args, **kwargs)
+        job = kwargs["args"][0]
+        if threading.current_thread() is not me and job["attempt"] == 2 and not committed.is_set():
+            committed.set()  # the INFRA retry's dispatch committed attempt 2; its publish is slow
+            go.wait(30)
+        out = real(name, *args, **kwargs)
+        sent.append((kwargs["task_id"], job["attempt"]))
+        if threading.current_thread() is me and len(sent) == 1:
+            raise GithubException(502, {"message": "Bad Gateway"}, None)  # the handler fails after its send
+        return out
+    monkeypatch.setattr(app, "send_task", send_task)
+    first = _handle(d)
+    assert first.startswith("retry"), first
+    assert committed.wait(30), "attempt 2 never dispatched"
+    try:
+        again = _handle(d)  # the delivery's retry, while attempt 2's dispatcher is still publishing
+    finally:
+        go.set()
+    wait_until(lambda: all(not e.state.active for e in evaluations()) and len(sent) >= 2, what="the evaluation")
+    (ev,) = evaluations()
+    second = [t for t, attempt in sent if attempt == 2]
+    assert len(second) == 1 and (ev.state, ev.verdict) == (EvalState.DONE, "XL"), (again, sent, ev.state, ev.verdict)
+    assert celery_app().AsyncResult(second[0]).state == states.SUCCESS
+
