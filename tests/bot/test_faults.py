@@ -204,15 +204,14 @@ def test_database_down_is_503(settings, github, remote):
     assert got["ready"] == 503 and "database" in got["ready_body"], got
 
 
-def postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch) -> list[int]:
-    """The first commit after a check run is created (in that thread) meets a dead connection: its PostgreSQL
-    backend is terminated just before. Returns the check runs created before such a commit."""
+def at_the_commit_after_a_check_run(monkeypatch, fault) -> list[int]:
+    """The first commit after a check run is created (in that thread) is `fault(session, commit)` instead.
+    Returns the check runs created before such a commit."""
     import threading
 
     from sqlalchemy.orm import Session
 
     from bot.github import publish
-    from tests.bot.conftest import _pg_connect
     real_create, real_commit = publish.create_check, Session.commit
     pending: dict[int, int] = {}  # thread → the check run it created, not yet committed
     orphans: list[int] = []
@@ -225,16 +224,36 @@ def postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch) -> list[int]
 
     def commit(session):
         run_id = pending.pop(threading.get_ident(), None)
-        if run_id is not None:
-            orphans.append(run_id)
-            pid = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
-            admin = _pg_connect()
-            admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
-            admin.close()
-        return real_commit(session)
+        if run_id is None:
+            return real_commit(session)
+        orphans.append(run_id)
+        return fault(session, real_commit)
     monkeypatch.setattr(publish, "create_check", create_check)
     monkeypatch.setattr(Session, "commit", commit)
     return orphans
+
+
+def postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch) -> list[int]:
+    """That commit meets a dead connection: its PostgreSQL backend is terminated just before."""
+    from tests.bot.conftest import _pg_connect
+
+    def terminated(session, commit):
+        pid = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        admin = _pg_connect()
+        admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin.close()
+        return commit(session)
+    return at_the_commit_after_a_check_run(monkeypatch, terminated)
+
+
+def its_answer_lost_at_the_commit_after_a_check_run(monkeypatch) -> list[int]:
+    """That commit is stored, and its answer lost: the connection drops after COMMIT reached the server."""
+    from sqlalchemy.exc import OperationalError
+
+    def stored_answer_lost(session, commit):
+        commit(session)
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+    return at_the_commit_after_a_check_run(monkeypatch, stored_answer_lost)
 
 
 def test_a_check_run_whose_evaluation_could_not_be_committed_is_not_left_queued(settings, celery_worker, github,
@@ -634,30 +653,8 @@ def test_an_evaluation_whose_commit_was_stored_but_its_answer_lost_goes_on(setti
     the error raised before the task was sent: the delivery's retry found the attempt queued and sent, so nothing
     ran it until the watchdog called it lost, an INFRA attempt charged to the PR. Now the stored commit is found
     and the dispatch goes on."""
-    import threading
-
-    from sqlalchemy.exc import OperationalError
-    from sqlalchemy.orm import Session
-
-    from bot.github import publish
     remote.commit("changes", "speed up (xl)")
-    real_create, real_commit = publish.create_check, Session.commit
-    pending, lost = {}, []
-
-    def create_check(*args, **kwargs):
-        run_id = real_create(*args, **kwargs)
-        if not lost:
-            pending[threading.get_ident()] = run_id
-        return run_id
-
-    def commit(session):
-        real_commit(session)
-        run_id = pending.pop(threading.get_ident(), None)
-        if run_id is not None:
-            lost.append(run_id)
-            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
-    monkeypatch.setattr(publish, "create_check", create_check)
-    monkeypatch.setattr(Session, "commit", commit)
+    lost = its_answer_lost_at_the_commit_after_a_check_run(monkeypatch)
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
     monkeypatch.undo()
@@ -676,29 +673,12 @@ def test_a_stored_commit_whose_answer_was_lost_while_the_database_restarts_is_se
     it waited until the watchdog called it lost, an INFRA attempt charged to the PR (a round never takes a winner
     measured after one). The retry finds its own attempt's task nowhere and sends it, under a new check run.
     (Found by the red team.)"""
-    import threading
-
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.orm import Session
 
     import bot.service as service_mod
-    from bot.github import publish
     remote.commit("changes", "speed up (xl)")
-    real_create, real_commit = publish.create_check, Session.commit
-    pending, lost, probes = {}, [], []
-
-    def create_check(*args, **kwargs):
-        run_id = real_create(*args, **kwargs)
-        if not lost:
-            pending[threading.get_ident()] = run_id
-        return run_id
-
-    def commit(session):
-        real_commit(session)  # stored ...
-        run_id = pending.pop(threading.get_ident(), None)
-        if run_id is not None:  # ... and the server goes down before its answer comes back
-            lost.append(run_id)
-            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+    lost, probes = its_answer_lost_at_the_commit_after_a_check_run(monkeypatch), []
 
     class StillRestarting(Session):  # the read-back's connection: PostgreSQL is not accepting connections yet
         def scalar(self, *args, **kwargs):
@@ -706,8 +686,6 @@ def test_a_stored_commit_whose_answer_was_lost_while_the_database_restarts_is_se
                 probes.append(1)
                 raise OperationalError("SELECT", {}, Exception("the database system is starting up"))
             return super().scalar(*args, **kwargs)
-    monkeypatch.setattr(publish, "create_check", create_check)
-    monkeypatch.setattr(Session, "commit", commit)
     monkeypatch.setattr(service_mod, "Session", StillRestarting)
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     wait_until(lambda: lost and probes, what="the commit's answer lost and the read-back refused")
