@@ -274,14 +274,13 @@ class Service:
         probe, task = TaskProbe(self.celery, self.settings.worker_keys), ev.celery_task_id
         if not probe.can_see:
             return False
+        if self._seen(probe, task):
+            return False
         age = (utcnow() - aware(ev.dispatched_at)).total_seconds() if ev.dispatched_at else None
-        if age is not None and age < self.settings.send_in_flight_s and not self._seen(probe, task):
+        if age is not None and age < self.settings.send_in_flight_s:
             # its first handler may still be publishing it (a claim can lapse under a live one): look later
             raise TimeoutError(f"evaluation {ev.id}: attempt {task} not in the broker {age:.0f} s after its "
                                "dispatch; the delivery looks again later")
-
-        if self._seen(probe, task):
-            return False
         time.sleep(NEVER_SENT_RECHECK_S)
         return not self._seen(probe, task)
 
