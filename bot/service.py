@@ -26,13 +26,12 @@ from bot.db.models import (Evaluation, GateResultRow, GuardResultRow, Installati
                            aware, utcnow)
 from bot.queue.outbox import HANDLING_DELIVERY
 from bot.queue.position import queue_info
-from bot.queue.watchdog import TaskProbe
+from bot.queue.watchdog import RECHECK_S, TaskProbe
 from bot.settings import Settings, get_settings
 from worker.queue.app import EVALUATE_TASK, GPU_QUEUE, PUBLISH_QUEUE
 from worker.records import EvalResult, InfraKind, Verdict
 
 log = logging.getLogger(__name__)
-NEVER_SENT_RECHECK_S = 0.5  # as the watchdog's second look (watchdog.inspect_active recheck_s)
 
 RESULT_TASK = "tokengate.publish_result"
 HEAD_HISTORY = 20  # heads remembered per PR (which one a maintainer's /eval refers to)
@@ -274,19 +273,15 @@ class Service:
         probe, task = TaskProbe(self.celery, self.settings.worker_keys), ev.celery_task_id
         if not probe.can_see:
             return False
-        if self._seen(probe, task):
+        if probe.anywhere(task):
             return False
         age = (utcnow() - aware(ev.dispatched_at)).total_seconds() if ev.dispatched_at else None
         if age is not None and age < self.settings.send_in_flight_s:
             # its first handler may still be publishing it (a claim can lapse under a live one): look later
             raise TimeoutError(f"evaluation {ev.id}: attempt {task} not in the broker {age:.0f} s after its "
                                "dispatch; the delivery looks again later")
-        time.sleep(NEVER_SENT_RECHECK_S)
-        return not self._seen(probe, task)
-
-    @staticmethod
-    def _seen(probe: TaskProbe, task: str) -> bool:
-        return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None
+        time.sleep(RECHECK_S)
+        return not probe.anywhere(task)
 
     def _send_again(self, session: Session, pr: PullRequest, ev: Evaluation) -> None:
         """A new attempt id and check run for an attempt whose task was never sent; its old check run (queued, or

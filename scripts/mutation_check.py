@@ -308,8 +308,8 @@ MUTATIONS: tuple[Mutation, ...] = (
               "evaluation_runs", "tests/bot/test_faults.py::test_a_stored_commit_whose_answer_was_lost_while_the_"
               "database_restarts_is_sent_by_the_retry")),
     Mutation("sent-again-only-when-nowhere", "bot", "an attempt whose task is queued, running or done is not sent again",
-             (("bot/service.py", "        return probe.in_broker(task) or probe.beating(task) or probe.finished(task) is not None",
-               "        return False"),),
+             (("bot/queue/watchdog.py", "        return self.in_broker(task_id) or self.beating(task_id) or "
+               "self.finished(task_id) is not None", "        return False"),),
              ("tests/bot/test_faults.py::test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is_nowhere",)),
     Mutation("sent-again-only-its-own-attempt", "bot", "a delivery's retry never sends an INFRA retry's attempt again",
              (("bot/service.py", " and ev.celery_task_id and ev.attempt == 1):", " and ev.celery_task_id):"),),

@@ -119,7 +119,8 @@ def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
         return out
     finally:
         del var
-        torch.cuda.empty_cache() if args.device == "cuda" else None
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
 
 
 def time_prefill(eng, n: int, runs: int) -> dict:

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")  # kombu's Redis priority lists of one queue
 
 
+RECHECK_S = 0.5  # the second look at a task found nowhere: a worker moves a message in two steps
+
+
 class TaskProbe:
     """Looks a task id up in Redis: heartbeat, queue lists, the unacked hash, the result backend."""
 
@@ -58,6 +61,10 @@ class TaskProbe:
             if any(needle in raw for raw in self.client.lrange(f"{self.prefix}{GPU_QUEUE}{suffix}", 0, -1)):
                 return True
         return any(needle in raw for raw in self.client.hvals(f"{self.prefix}unacked"))
+
+    def anywhere(self, task_id: str) -> bool:
+        """Queued, with a worker (heartbeat), or finished: the task exists somewhere."""
+        return self.in_broker(task_id) or self.beating(task_id) or self.finished(task_id) is not None
 
     def finished(self, task_id: str) -> tuple[str, object, datetime | None] | None:
         """(state, result, done at) when the result backend holds the task's outcome, else None."""
@@ -88,7 +95,7 @@ def _age(since: datetime | None, now: datetime) -> float | None:
 
 
 def inspect_active(session: Session, settings: Settings, probe: TaskProbe, now: datetime | None = None,
-                   recheck_s: float = 0.5) -> list[Finding]:
+                   recheck_s: float = RECHECK_S) -> list[Finding]:
     """Every active evaluation that is lost, overdue, or finished but never published (read only)."""
     now = now or utcnow()
     grace = settings.watchdog_lost_after_s

@@ -72,6 +72,9 @@ class WeightsOnUse(Mapping):
     def __len__(self) -> int:
         return len(self.shapes)
 
+    def on(self, device) -> "WeightsOnUse":
+        return WeightsOnUse(self.shapes, self.make, device)
+
 
 def check_weights(cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], device="cpu") -> Mapping[str, torch.Tensor]:
     """The tensors the config needs, fp32 and contiguous on `device`; ValueError if any is missing or misshapen.
@@ -82,7 +85,7 @@ def check_weights(cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], device=
         for name, want in expected_tensors(cfg).items():
             if tensors.shapes.get(name) != want:
                 raise ValueError(f"weights: tensor {name!r} declared {tensors.shapes.get(name)}, expected {list(want)}")
-        return WeightsOnUse(tensors.shapes, tensors.make, device)
+        return tensors.on(device)
     out = {}
     for name, want in expected_tensors(cfg).items():
         t = tensors.get(name)

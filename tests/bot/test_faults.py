@@ -742,9 +742,9 @@ def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is
     from bot.db.models import Evaluation, utcnow
     from bot.queue.outbox import HANDLING_DELIVERY
 
-    class Probe:
+    class Probe(service_mod.TaskProbe):  # its own `anywhere` over these lookups
         def __init__(self, celery, keys):
-            self.can_see = where != "unseen_broker"
+            self.client = None if where == "unseen_broker" else object()
 
         def in_broker(self, task):
             return where == "queue"
@@ -755,7 +755,7 @@ def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is
         def finished(self, task):
             return ("SUCCESS", {}, None) if where == "backend" else None
     monkeypatch.setattr(service_mod, "TaskProbe", Probe)
-    monkeypatch.setattr(service_mod, "NEVER_SENT_RECHECK_S", 0)
+    monkeypatch.setattr(service_mod, "RECHECK_S", 0)
     ev = Evaluation(id=7, state=EvalState.QUEUED, delivery_id="d-1", celery_task_id="t-1",
                     claimed_by="gpu-a" if where == "claimed" else None, attempt=2 if where == "infra_retry" else 1,
                     dispatched_at=utcnow() - timedelta(seconds=5 if where == "young" else 60))
@@ -766,7 +766,7 @@ def test_an_attempt_its_delivery_finds_again_is_sent_again_only_when_its_task_is
             service._own_attempt_never_sent(session, ev)
         return
     assert service._own_attempt_never_sent(session, ev) is False
-    monkeypatch.setattr(Probe, "__init__", lambda self, c, k: setattr(self, "can_see", True))
+    monkeypatch.setattr(Probe, "__init__", lambda self, c, k: setattr(self, "client", object()))
     if where in ("queue", "worker", "backend", "unseen_broker"):  # the same attempt, its task nowhere: sent
         where = "nowhere"
         assert service._own_attempt_never_sent(session, ev) is True

@@ -16,6 +16,7 @@ Prefill (grouped GEMM over token-sorted experts):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -129,8 +130,6 @@ class ExpertTile:
     @classmethod
     def parse(cls, name: str) -> "ExpertTile":
         """'s32d32w4' (fused down) or 's16d32w4split': the benches' names for a tile."""
-        import re
-
         m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?", name)
         if not m:
             raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split], e.g. s16d32w4split")
