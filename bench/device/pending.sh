@@ -18,6 +18,7 @@
 #                                            # LLAMA_MODE=decode: tg128 ratios instead)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 #   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call
+#   bash bench/device/pending.sh moetiles    # issue 17: the MoE's dense GEMV shapes swept, that table end to end, profile
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
 #   SIZE=27b bash bench/device/pending.sh sizes  # issue 17: 2B (default) or 27B decode/prefill/memory/KL receipts
@@ -153,6 +154,21 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
       timeout $(( $(left) )) python3 bench/runtime/prefill.py --models $shapes --lengths 512,4096 --gemm auto \
         ${lr:+--llama-cpp "$lr"} --turn2 "" --check-models "" --out "$OUT" 2>&1 | tail -12
     fi ;;
+  moetiles)  # issue 17: the MoE's dense GEMV shapes (K = 2048: 8 Q4_K blocks) were never swept; sweep them on its
+             # file, time that table end to end (layer + fp32-reference checks), then profile the default token
+    f=/var/tmp/moe/qwen35moe-35b-a3b-q4_k_m-seed0.gguf
+    [ -f "$f" ] || timeout $(( $(left) - 240 )) python3 bench/runtime/moe.py --synth-only --out /var/tmp/moe-synth \
+      --work /var/tmp/moe > "$OUT/moe-synth.log" 2>&1; echo "MoE file at $(( $(date +%s) - T0 )) s of the call"
+    [ -f "$f" ] || { tail -3 "$OUT/moe-synth.log"; continue; }
+    timeout $(( $(left) / 3 )) python3 bench/profiling/gemv_sweep.py --gguf "$f" --out "$OUT" --reps 20 --configs \
+      ${TILES_CONFIGS:-bytes_v2,words_16x2w2,x8_4x2w1,x8_4x2w2,x8_8x2w1,x8_8x2w2,x8_16x2w2,x8_4x4w2,x8_8x4w2,x8q6_4x2w1,x8q6_4x2w2,x8q6_8x2w1,x8q6_8x2w2,x8q6_4x4w2} \
+      2>&1 | tail -14
+    sw=$(ls "$OUT"/gemv-sweep-*.json 2>/dev/null | head -1)
+    timeout $(( $(left) - 100 )) python3 bench/runtime/moe.py --reuse --out "$OUT" --work /var/tmp/moe --runs 3 \
+      --prefill 512 --variants "${sw:+$sw+default}" > "$OUT/moe.log" 2>&1; tail -${MOE_TAIL:-6} "$OUT/moe.log"
+    [ "$(left)" -gt 90 ] || continue
+    mkdir -p .cache/bench && ln -sf "$f" .cache/bench/qwen35-35b-a3b-q4_k_m-seed0.gguf
+    timeout $(( $(left) )) python3 bench/profiling/decode_profile.py --shape 35b-a3b --out "$OUT" 2>&1 | grep -v USDT | tail -4 ;;
   moe)  # issue 17: the MoE sibling (35B-A3B Q4_K_M) against llama.cpp on the same file in this call: our tg128 /
         # pp512 / pp4096 with kernel and layer checks (bench/runtime/moe.py, synthesis ~2 min while llama-bench builds)
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }

@@ -100,15 +100,35 @@ def uniform_table(eng, name: str):
     return TileTable(tuple(sorted(entries.items())), fallback), tiled
 
 
+def swept_table(eng, path: Path):
+    """The tiles a gemv_sweep of this model measured (its JSON at `path`) over the default table: each swept launch
+    shape takes its own fastest correct tile, the rest stay as they are."""
+    import json
+
+    from runtime.kernels.gemv import AutoTile, TileTable
+    from runtime.kernels.gemv.tiles import default_config
+
+    base, swept = default_config(eng.device), TileTable.from_dict(json.loads(path.read_text())["table"])
+    entries = dict(base.entries) if isinstance(base, TileTable) else {}
+    fallback = base.fallback if isinstance(base, TileTable) else AutoTile()
+    return TileTable(tuple(sorted((entries | dict(swept.entries)).items())), fallback), sorted(dict(swept.entries))
+
+
 def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
     """One decode variant, "DENSE+EXPERT" (either part "default"): its own engine, layer and reference checks,
-    tg128 @0. DENSE names a gemv_sweep tile for every dense launch, EXPERT an ExpertTile (e.g. s16d16w4split)."""
+    tg128 @0. DENSE names a gemv_sweep tile for every dense launch, or a gemv_sweep JSON of this model (each launch
+    shape its swept tile); EXPERT an ExpertTile (e.g. s16d16w4split)."""
     from bench.runtime.decode import reference_check
     from runtime.kernels.moe_experts import ExpertTile
     from runtime.triton.engine import TritonEngine
 
     dense, _, expert = name.partition("+")
-    table, tiled = (None, []) if dense in ("", "default") else uniform_table(eng, dense)
+    if dense in ("", "default"):
+        table, tiled = None, []
+    elif dense.endswith(".json"):
+        table, tiled = swept_table(eng, Path(dense))
+    else:
+        table, tiled = uniform_table(eng, dense)
     tile = ExpertTile() if expert in ("", "default") else ExpertTile.parse(expert)
     var = TritonEngine(model, device=args.device, max_context=max_ctx, gemv_config=table, expert_tile=tile)
     try:

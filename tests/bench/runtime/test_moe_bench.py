@@ -30,3 +30,18 @@ def test_a_dense_shape_is_refused_before_any_synthesis(tmp_path):
     with pytest.raises(SystemExit):
         moe.main(["--shape", "tiny", "--device", "cpu", "--work", str(tmp_path), "--out", str(tmp_path)])
     assert not list(tmp_path.iterdir())
+
+
+def test_a_swept_table_gives_each_swept_launch_shape_its_own_tile_and_leaves_the_rest(tmp_path):
+    from types import SimpleNamespace
+
+    from runtime.kernels.gemv import GemvConfig
+    from runtime.kernels.gemv.kernel import TileTable
+
+    key = "Q6_K:8192x2048"
+    sweep = tmp_path / "gemv-sweep-qwen35moe.json"
+    sweep.write_text(json.dumps({"table": {key: {"block_n": 4, "block_b": 2, "num_warps": 1, "x8": True}}}))
+    table, tiled = moe.swept_table(SimpleNamespace(device="cpu"), sweep)
+    assert tiled == [key] and isinstance(table, TileTable)
+    assert table._by_key[key] == GemvConfig(4, 2, 1, x8=True)
+    assert table._by_key.get("Q4_K:4096x2048") is None  # an unswept shape keeps the fallback
