@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import timedelta, timezone
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from bot import render
 
 from bot.github import publish
 from bot.enums import MERGE_FIRST_LABEL, EvalState, RoundAction, RoundState, Trigger
-from bot.db.models import Evaluation, PullRequest, Repository, Round, utcnow
+from bot.db.models import Evaluation, PullRequest, Repository, Round, aware, utcnow
 from bot.service import Service
 from worker.config import MERGEABLE_PROFILES
 from worker.records import TIERS, Verdict
@@ -70,11 +70,23 @@ def candidates(session: Session, repo: Repository, production: bool = False) -> 
         # Retried after an INFRA attempt: no tier until a clean evaluation, whatever the worker reported.
         if ev is not None and ev.attempt > 1:
             continue
+        # Nor after a later evaluation of the same head that ended INFRA or was retried (a rerun that never got a
+        # clean measurement): the INFRA attempt is in the head's history, the older verdict no longer stands alone.
+        if ev is not None and infra_since(session, pr, ev):
+            continue
         # Measured against the branch rounds merge into: a speedup over another branch says nothing about main.
         if ev is not None and ev.head_sha == pr.head_sha and ev.verdict in WINNING and ev.best_speedup \
                 and ev.base_ref == repo.default_branch and (not production or ev.profile in MERGEABLE_PROFILES):
             out.append((pr, ev))
-    return sorted(out, key=lambda item: item[1].best_speedup, reverse=True)
+    # Ties go to the lower PR number: which one wins never depends on the order the database returns rows in.
+    return sorted(out, key=lambda item: (-item[1].best_speedup, item[0].number))
+
+
+def infra_since(session: Session, pr: PullRequest, ev: Evaluation) -> bool:
+    """Whether an evaluation of `ev`'s head asked for after `ev` ended INFRA or needed a retry."""
+    return session.scalar(select(Evaluation.id).where(
+        Evaluation.pull_request_id == pr.id, Evaluation.head_sha == ev.head_sha, Evaluation.id > ev.id,
+        or_(Evaluation.state == EvalState.INFRA, Evaluation.attempt > 1)).limit(1)) is not None
 
 
 def open_round(session: Session, repo: Repository, window_s: float) -> Round:
@@ -111,11 +123,27 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     contenders = candidates(session, repo, production=service.settings.environment == "production")
     winner: tuple[PullRequest, Evaluation] | None = None
     requeue: list[tuple[PullRequest, Evaluation, str]] = []  # (PR, its evaluation, the base to measure it against)
+    closed: set[int] = set()  # contenders GitHub shows closed: never told main moved, never evaluated again
+    method = service.settings.merge_method
     for pr, ev in contenders:
         live = gh.get_pull(pr.number)
         if live.state != "open":
-            plan.steps.append(Step(pr.number, RoundAction.SKIP, "no longer open"))
-            continue
+            # Merged at its measured head onto its measured base, with no answer this round saw (every answer of
+            # an earlier beat's merge lost; or merged by hand): the merge GitHub made is this round's winner.
+            if not (live.merged and live.head.sha == ev.head_sha and not won_before(session, pr)
+                    and landed(gh, ev, live.merge_commit_sha, method)):
+                closed.add(pr.id)
+                if not dry_run:
+                    mark_closed(pr, live)
+                plan.steps.append(Step(pr.number, RoundAction.SKIP, "no longer open"))
+                continue
+            merged_sha = live.merge_commit_sha
+            winner = (pr, ev)
+            plan.winner = pr.number
+            plan.steps.append(Step(pr.number, RoundAction.MERGE, f"merged at its measured head {ev.head_sha[:7]} "
+                                   f"onto {ev.base_ref} at {ev.base_sha[:7]} ({ev.verdict}, "
+                                   f"{render.pct(ev.best_speedup)}); the merge's answer was not seen"))
+            break
         if live.head.sha != ev.head_sha:
             plan.steps.append(Step(pr.number, RoundAction.SKIP, f"head moved {ev.head_sha[:7]} → "
                                    f"{live.head.sha[:7]} since its evaluation", head_moved=True))
@@ -137,19 +165,33 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
         if not dry_run:
             title = render.render("merge_commit_title.txt.j2", title=pr.title, number=pr.number).strip()
             try:
-                merged_sha = publish.merge(gh, pr.number, ev.head_sha, service.settings.merge_method, title)
+                merged_sha = publish.merge(gh, pr.number, ev.head_sha, method, title)
             except publish.MergeRefused as exc:  # the next best may merge: one PR must not stall every round
                 # Unless GitHub did merge it and lost the answer (the client's retried PUT then met a 405).
                 merged_sha = merged_at(gh, pr.number, ev.head_sha)
                 if merged_sha is None:
                     plan.steps.append(Step(pr.number, RoundAction.SKIP, f"GitHub refused the merge: {exc}"))
                     continue
+            except Exception:  # every answer lost: GitHub may have merged it; if it cannot say, the beat retries
+                merged_sha = merged_at(gh, pr.number, ev.head_sha)
+                if merged_sha is None:
+                    raise
+            # Where it landed, read after the merge: retargeted between the checks above and the merge (the merge
+            # pins only the head), it is another branch's merge, not this round's winner.
+            if not landed(gh, ev, merged_sha, method):
+                log.error("round %s: #%s merged as %s, not onto %s at %s", repo.full_name, pr.number, merged_sha,
+                          ev.base_ref, ev.base_sha)
+                closed.add(pr.id)
+                mark_closed(pr, gh.get_pull(pr.number))
+                plan.steps.append(Step(pr.number, RoundAction.SKIP, f"merged, but not onto {ev.base_ref} at "
+                                       f"{ev.base_sha[:7]} (retargeted during the merge?): not this round's winner"))
+                continue
         winner = (pr, ev)
         plan.winner = pr.number
         plan.steps.append(Step(pr.number, RoundAction.MERGE, f"biggest verified speedup "
                                f"{render.pct(ev.best_speedup)} ({ev.verdict}) at {ev.head_sha[:7]}"))
         break
-    others = [(pr, ev) for pr, ev in contenders if winner is None or pr.id != winner[0].id]
+    others = [(pr, ev) for pr, ev in contenders if pr.id not in closed and (winner is None or pr.id != winner[0].id)]
     if winner is not None:
         plan.steps += [Step(pr.number, RoundAction.NOTIFY, "main moved; re-evaluated against it")
                        for pr, _ in others
@@ -164,7 +206,9 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     open_round(session, repo, service.settings.round_window_s)  # the next window starts now
     if winner is not None:
         pr, ev = winner
-        pr.is_open = False
+        # Merged: no later event can reopen it, so the stored state is as of now (an older payload replayed after
+        # this, whatever its updated_at, cannot make it a contender again).
+        mark_closed(pr, None, at_least=utcnow())
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
         # GitHub has merged: the round is stored closed with its winner before any other write. Rolled back by a
@@ -182,6 +226,8 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
             steps = [s for s in plan.steps if s.pr == other.number]
             if any(s.action is RoundAction.REEVALUATE or s.retargeted for s in steps):
                 continue  # re-evaluated against the fresh base already (requeue), or no longer based on it
+            if not still_open_live(gh, other):  # closed on GitHub, its `closed` delivery late or lost
+                continue
             head_moved = any(s.head_moved for s in steps)
             notify(f"#{other.number}'s main-moved comment", publish.reply, gh, other.number, render.render(
                 "main_moved.md.j2", base_ref=ev.base_ref, winner_number=pr.number, needs_rebase=False))
@@ -192,6 +238,50 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     for pr, ev, base_sha in requeue:
         reevaluate(session, service, pr, ev, base_sha)
     return plan
+
+
+def landed(gh, ev: Evaluation, merge_sha: str | None, method: str) -> bool:
+    """Whether `merge_sha` is `ev`'s head merged onto exactly the base it was measured against, and on that branch:
+    the branch contains it, and it is the commits `method` makes on top of `ev.base_sha` and nothing else."""
+    if not merge_sha:
+        return False
+    tip = publish.branch_tip(gh, ev.base_ref)
+    if gh.compare(merge_sha, tip).behind_by != 0:
+        return False
+    made = 1 if method == "squash" else gh.compare(ev.base_sha, ev.head_sha).ahead_by + (method == "merge")
+    onto = gh.compare(ev.base_sha, merge_sha)
+    return onto.behind_by == 0 and onto.ahead_by == made
+
+
+def mark_closed(pr: PullRequest, live, at_least=None) -> None:
+    """Store what GitHub showed: closed, and as of its updated_at (or `at_least`), so an older payload replayed
+    later (a redelivery, or a body captured earlier under a new delivery id) is stale and cannot reopen the row."""
+    pr.is_open = False
+    updated = getattr(live, "updated_at", None)
+    if updated is not None and updated.tzinfo is None:
+        updated = updated.replace(tzinfo=timezone.utc)
+    for t in (updated, at_least):
+        if t is not None and (pr.head_updated_at is None or t > aware(pr.head_updated_at)):
+            pr.head_updated_at = t
+
+
+def won_before(session: Session, pr: PullRequest) -> bool:
+    """Whether a closed round already has this PR as its winner (its merge is never counted twice)."""
+    return session.scalar(select(Round.id).where(Round.winner_pull_request_id == pr.id).limit(1)) is not None
+
+
+def still_open_live(gh, pr: PullRequest) -> bool:
+    """A loser read live before it is told main moved: False (and stored) when GitHub shows it closed; True when it
+    is open or GitHub cannot say (the re-evaluation then reads the stored state, still_at)."""
+    try:
+        live = gh.get_pull(pr.number)
+    except Exception:  # noqa: BLE001 - GitHub down: the stored state decides
+        log.warning("round: #%s not read live before its notice", pr.number, exc_info=True)
+        return True
+    if live.state != "open":
+        mark_closed(pr, live)
+        return False
+    return True
 
 
 def merged_at(gh, number: int, head_sha: str) -> str | None:

@@ -46,6 +46,7 @@ R = "tests/worker/redteam/test_evaluations.py::"
 E = "tests/worker/redteam/test_escape.py::"
 R2 = "tests/worker/redteam/test_offclock.py::"
 RACES = "tests/bot/test_races.py::"
+RT = "tests/bot/test_rounds_redteam.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("regressions-never-hide", "13.4", "a regression blocks a tier even beside a speedup (MIXED or REJECT)",
@@ -209,6 +210,38 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("retried-tier-not-a-candidate", "13.7", "a tier from a retry after an INFRA attempt is never merged",
              (("bot/rounds.py", "if ev is not None and ev.attempt > 1:", "if False:"),),
              ("tests/bot/test_rounds.py::test_a_tier_measured_after_an_infra_attempt_is_not_a_candidate",)),
+    Mutation("infra-rerun-blocks-older-tier", "13.7", "a later INFRA evaluation of the same head blocks its older tier",
+             (("bot/rounds.py", "if ev is not None and infra_since(session, pr, ev):", "if False:"),),
+             (RT + "test_a_verdict_followed_by_an_infra_rerun_of_the_same_head_is_not_merged",)),
+    Mutation("closed-on-github-told-nothing", "bot", "a PR GitHub shows closed is neither told main moved nor re-evaluated",
+             (("bot/rounds.py", "if pr.id not in closed and (winner", "if (winner"),
+              ("bot/rounds.py", "            if not still_open_live(gh, other):", "            if False:")),
+             (RT + "test_a_pr_closed_on_github_is_neither_told_main_moved_nor_re_evaluated",)),
+    Mutation("loser-read-live", "bot", "a loser is read live before it is told main moved",
+             (("bot/rounds.py", "            if not still_open_live(gh, other):", "            if False:"),),
+             (RT + "test_a_loser_closed_on_github_whose_close_was_never_delivered_is_neither_told_nor_re_evaluated",)),
+    Mutation("lost-merge-answer-still-winner", "bot", "a merge at the measured head onto the measured base is the "
+             "winner though no answer of it arrived",
+             (("bot/rounds.py", "            if not (live.merged and live.head.sha == ev.head_sha and not won_before"
+               "(session, pr)\n                    and landed(gh, ev, live.merge_commit_sha, method)):",
+               "            if True:"),),
+             (RT + "test_a_merge_whose_answers_were_lost_while_github_went_down_is_the_next_beats_winner",)),
+    Mutation("merge-landed-where-measured", "bot", "a merge that landed elsewhere (retargeted mid-merge) is not a "
+             "winner", (("bot/rounds.py", "            if not landed(gh, ev, merged_sha, method):", "            if False:"),),
+             (RT + "test_a_retarget_between_the_rounds_checks_and_its_merge_is_not_a_main_winner",)),
+    Mutation("merged-row-not-reopened", "bot", "an older payload replayed after the merge cannot reopen the winner",
+             (("bot/rounds.py", "        mark_closed(pr, None, at_least=utcnow())", "        pr.is_open = False"),),
+             (RT + "test_an_older_payload_replayed_after_the_round_merged_cannot_reopen_the_winner",)),
+    Mutation("merge-counted-once", "bot", "a merge is a round's winner once, even when its row was reopened",
+             (("bot/rounds.py", "live.head.sha == ev.head_sha and not won_before(session, pr)",
+               "live.head.sha == ev.head_sha"),),
+             (RT + "test_a_merge_is_counted_once_even_when_a_payload_reopens_its_row",)),
+    Mutation("head-measured-as-it-would-land", "13.7", "a head that lacks its base is measured merged with it",
+             (("worker/checkout.py", "        head = merge_base_into(git_dir, add_worktree(git_dir, hsha, workdir / "
+               "\"head\", \"head\", head_ref), bsha)",
+               "        head = add_worktree(git_dir, hsha, workdir / \"head\", \"head\", head_ref)"),),
+             ("tests/worker/test_checkout.py::test_a_speedup_that_is_only_the_lack_of_mains_later_regression_is_not_measured",
+              "tests/worker/test_checkout.py::test_a_head_that_does_not_merge_with_its_base_is_the_prs_failure_not_infra")),
     Mutation("commands-outside-code", "bot", "a /eval shown in a code block (fenced or indented) is not a command",
              (("bot/handlers.py", 'COMMAND_RE.search(FENCED_RE.sub("", body) if', "COMMAND_RE.search(body if"),
               ("bot/handlers.py", 'r"^ {0,3}/eval(', 'r"^[ \\t]*/eval(')),

@@ -3,6 +3,11 @@
 The clone is a bare mirror under the cache dir (fetched, never pushed; no credentials are
 configured for it). Each revision gets its own detached worktree, so each revision's `runtime`
 is imported only from its own tree.
+
+The head's worktree holds what would land: the head merged with the base when the head does
+not contain the base already (main moved after the PR branched off). Timed as it is, a head
+would be measured without base's later commits, and its "speedup" would include not having
+them; a round merges the measured result only while the base is still where it was measured.
 """
 from __future__ import annotations
 
@@ -22,10 +27,22 @@ class CheckoutError(RuntimeError):
     """The revisions could not be checked out (INFRA: not a measurement of the PR)."""
 
 
-def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
+class MergeConflict(RuntimeError):
+    """The head does not merge cleanly with the base: what would land does not exist, so nothing is measured.
+    The PR's state (a rebase fixes it), not an infrastructure failure."""
+
+
+# The merge commit's identity and dates are fixed: the same base and head always give the same commit, so its
+# compile cache (keyed by the commit measured) is found again by the next evaluation of that pair.
+_MERGE_ENV = {"GIT_AUTHOR_NAME": "tokengate", "GIT_AUTHOR_EMAIL": "tokengate@invalid",
+              "GIT_COMMITTER_NAME": "tokengate", "GIT_COMMITTER_EMAIL": "tokengate@invalid",
+              "GIT_AUTHOR_DATE": "1970-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00+0000"}
+
+
+def _git(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> str:
     p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                        env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin",
-                            "HOME": str(cache_dir())})
+                            "HOME": str(cache_dir()), **(env or {})})
     if p.returncode != 0:
         raise CheckoutError(f"git {' '.join(args[:3])} failed: {p.stderr.strip()[-500:]}")
     return p.stdout.strip()
@@ -72,8 +89,14 @@ def subtree_id(git_dir: Path, sha: str, path: str) -> str | None:
 class Revision:
     role: str
     ref: str
-    sha: str
+    sha: str  # the commit the job named (the PR's head, main's tip)
     root: Path
+    merged_sha: str | None = None  # the commit in `root` when it is `sha` merged with the base (see module doc)
+
+    @property
+    def measured_sha(self) -> str:
+        """The commit whose code runs: what a revision's caches are keyed by."""
+        return self.merged_sha or self.sha
 
 
 def add_worktree(git_dir: Path, sha: str, dest: Path, role: str, ref: str) -> Revision:
@@ -88,6 +111,34 @@ def add_worktree(git_dir: Path, sha: str, dest: Path, role: str, ref: str) -> Re
     return Revision(role, ref, sha, dest)
 
 
+def contains(git_dir: Path, newer: str, older: str) -> bool:
+    """Whether commit `newer` has `older` in its history (or is it)."""
+    p = subprocess.run(["git", "--git-dir", str(git_dir), "merge-base", "--is-ancestor", older, newer],
+                       capture_output=True, text=True, timeout=600, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    if p.returncode not in (0, 1):
+        raise CheckoutError(f"git merge-base --is-ancestor failed: {p.stderr.strip()[-500:]}")
+    return p.returncode == 0
+
+
+def merge_base_into(git_dir: Path, head: Revision, base_sha: str) -> Revision:
+    """The head's worktree as it would land on `base_sha`: unchanged when it contains the base, else merged with it
+    (MergeConflict when that does not merge cleanly)."""
+    if contains(git_dir, head.sha, base_sha):
+        return head
+    try:
+        _git("merge", "--no-ff", "--no-edit", "--quiet", "-m", f"tokengate: {head.sha[:12]} merged with {base_sha[:12]}",
+             base_sha, cwd=head.root, env=_MERGE_ENV)
+    except CheckoutError as exc:
+        try:
+            clash = _git("diff", "--name-only", "--diff-filter=U", cwd=head.root).split()
+        except CheckoutError:
+            clash = []
+        raise MergeConflict(f"head {head.sha[:12]} does not merge cleanly with base {base_sha[:12]}"
+                            + (f" (conflicts in {', '.join(clash[:8])})" if clash else f": {exc}")) from exc
+    head.merged_sha = _git("rev-parse", "HEAD", cwd=head.root)
+    return head
+
+
 def remove_worktree(git_dir: Path, rev: Revision) -> None:
     with locked(git_dir.with_suffix(".lock")):
         try:
@@ -99,13 +150,14 @@ def remove_worktree(git_dir: Path, rev: Revision) -> None:
 
 def checkout_pair(repo: str, base_ref: str, head_ref: str, workdir: Path,
                   base_sha: str | None = None, head_sha: str | None = None) -> tuple[Path, Revision, Revision]:
-    """Mirror `repo`, resolve both refs (or take the given SHAs), add the two worktrees."""
+    """Mirror `repo`, resolve both refs (or take the given SHAs), add the two worktrees (the head's as it would land on
+    the base: merged with it where it does not contain it)."""
     try:
         git_dir = mirror(repo)
         bsha = base_sha or resolve(git_dir, base_ref)
         hsha = head_sha or resolve(git_dir, head_ref)
         base = add_worktree(git_dir, bsha, workdir / "base", "base", base_ref)
-        head = add_worktree(git_dir, hsha, workdir / "head", "head", head_ref)
+        head = merge_base_into(git_dir, add_worktree(git_dir, hsha, workdir / "head", "head", head_ref), bsha)
     except subprocess.TimeoutExpired as exc:
         raise CheckoutError(f"git timed out: {exc}") from exc
     return git_dir, base, head

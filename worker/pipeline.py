@@ -32,7 +32,7 @@ from worker.gates.bench import GateSpec, gate_specs, run_sweep
 from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
                                  merge_output_checks, verify_outputs)
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
-from worker.checkout import CheckoutError, Revision, checkout_pair, remove_worktree, subtree_id
+from worker.checkout import CheckoutError, MergeConflict, Revision, checkout_pair, remove_worktree, subtree_id
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.verdicts.faults import EvalFault, classify, infra
 from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
@@ -203,7 +203,8 @@ class Evaluation:
                                                 self.job.base_sha, self.job.head_sha)
             revs = self.revs = {"base": base, "head": head}
             self.base_runtime = subtree_id(git_dir, base.sha, self.settings.runtime_path)
-            receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha} for r, v in revs.items()}
+            receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha, "merged_with_base": v.merged_sha}
+                                    for r, v in revs.items()}
             self.progress("models")
             resolved = [model_files.resolve(spec, self.trusted_root, self.profile.device) for spec in self.profile.models]
             procs = self.make_procs(revs, [m.path for m in resolved])
@@ -219,6 +220,9 @@ class Evaluation:
             result = self.decide(outcomes)
         except EvalFault as f:
             result = self._fault_result(f)
+        except MergeConflict as exc:  # what would land does not exist: the PR's state, nothing to retry
+            result = self._fault_result(EvalFault(Verdict.BUILD_FAILED, f"{exc}; rebase the PR on "
+                                                  f"{self.job.base_ref} to have it measured"))
         except CheckoutError as exc:
             result = self._fault_result(infra(InfraKind.CHECKOUT_FAILURE, str(exc)))
         except model_files.ModelError as exc:
@@ -278,7 +282,7 @@ class Evaluation:
             "reference": RevisionProcess("reference", self.trusted_root, d / "reference", pin_at_start=False,
                                          **common),
         }
-        keys = {"base": revs["base"].sha, "head": revs["head"].sha,
+        keys = {"base": revs["base"].measured_sha, "head": revs["head"].measured_sha,
                 "reference": "trusted-" + reference_version(self.trusted_root)}
         for role, proc in procs.items():
             self._use_compile_cache(proc, keys[role])

@@ -12,7 +12,8 @@ waits for its EvalResult. Cases and the verdict each must give:
   decode_slow    a Triton decode path does part of its work twice     REJECT
   prefill_slow   the prefill GEMMs without residual run twice         REJECT
   accuracy_drift the final norm's weights get 25 % per-channel noise  REJECT
-  speedup        base = main made slower (decode_slow), head = main    a tier (S..XL)
+  speedup        base = main made slower (decode_slow), head = a PR     a tier (S..XL)
+                 on it that takes the slowdown out (main's code again)
 
 Before the cases it makes the models once for the worker (synthesis on the GPU, timed) and, with
 --probe, times a fresh process's model load with an empty and then a filled Triton cache (where
@@ -72,7 +73,9 @@ CASES = {  # name: (base branch, head branch, expected verdicts)
     "decode_slow": ("main", "decode-slow", {"REJECT"}),
     "prefill_slow": ("main", "prefill-slow", {"REJECT"}),
     "accuracy_drift": ("main", "accuracy-drift", {"REJECT"}),
-    "speedup": ("slow-base", "main", {"S", "M", "L", "XL"}),
+    # The head is a child of its base: the worker measures a head merged with its base where it does not contain
+    # it (worker/checkout.py), and `main` merged with `slow-base` would be slow-base itself.
+    "speedup": ("slow-base", "speed-fix", {"S", "M", "L", "XL"}),
 }
 
 
@@ -84,8 +87,8 @@ def _plant(repo: Path, file: str, old: str, new: str) -> None:
     p.write_text(text.replace(old, new))
 
 
-def _branch(repo: Path, name: str, plants: list[tuple[str, str, str]], extra=None) -> None:
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name, "main"], check=True)
+def _branch(repo: Path, name: str, plants: list[tuple[str, str, str]], extra=None, start: str = "main") -> None:
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name, start], check=True)
     for f, old, new in plants:
         _plant(repo, f, old, new)
     if extra:
@@ -109,6 +112,8 @@ def make_planted_repo(dest: Path) -> Path:
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", main], check=True)
     _branch(repo, "decode-slow", [DECODE_SLOW])
     _branch(repo, "slow-base", [DECODE_SLOW])
+    file, old, new = DECODE_SLOW
+    _branch(repo, "speed-fix", [(file, new, old)], start="slow-base")  # the slowdown taken out again
     _branch(repo, "prefill-slow", [PREFILL_SLOW],
             extra=lambda r: (r / "runtime/triton/prefill.py").write_text(
                 (r / "runtime/triton/prefill.py").read_text() + PREFILL_HELPER))

@@ -24,6 +24,16 @@ def test_every_planted_branch_changes_only_its_file_and_still_compiles(tmp_path)
         assert "planted" in source
 
 
+def test_every_cases_head_contains_its_base_and_the_fix_is_mains_code_again(tmp_path):
+    """The worker measures a head merged with its base where it does not contain it (worker/checkout.py): a case
+    whose head lacks its base would be measured as something else (the speedup case as slow-base itself)."""
+    repo = make_planted_repo(tmp_path)
+    for base, head, _ in CASES.values():
+        assert subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", base, head]).returncode == 0, \
+            (base, head)
+    assert git(repo, "rev-parse", "speed-fix:runtime") == git(repo, "rev-parse", "main:runtime")
+
+
 def test_main_of_the_planted_repo_has_the_runtime_tree_calibration_measured(tmp_path, monkeypatch):
     """bench/worker/gpu_calibration.py calibrates the box on the working-tree snapshot: e2e's main must carry
     the very same runtime tree, or the worker first records A/A pairs of a 'changed' runtime (minutes). An
