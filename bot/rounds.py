@@ -2,8 +2,10 @@
 
 A winner must be non-REJECT with a positive tier, its head unchanged since the evaluation, its
 base unchanged since then (otherwise it is re-evaluated against the fresh base first and waits
-for the next round), and every other required check green. Dry-run returns the same plan
-without writing anything.
+for the next round), and every other required check green. The worker measured the head as it
+would land on that base (worker/checkout.py), so what merges is what was measured; where it
+landed is read after the merge (`landed`), and a merge whose answer never arrived is found by
+the next beat the same way. Dry-run returns the same plan without writing anything.
 
 Closing is exclusive per round: the closer holds the round's row lock (FOR UPDATE SKIP LOCKED) from before it
 reads its candidates until the round is written, and another closer (a second beat, the CLI) skips the round.
