@@ -345,6 +345,28 @@ class Service:
         # started or even finished). Everything is read again, after the PR's lock is taken again.
         session.expire_all()
         self.lock_pull(session, pr.id)
+        self._withdraw_strays(session, repo, pr, ev)
+
+    def _withdraw_strays(self, session: Session, repo, pr: PullRequest, ev: Evaluation) -> None:
+        """Complete, as cancelled, this PR's check runs on this head that no evaluation refers to: each was created
+        for an evaluation whose commit failed while GitHub refused its withdrawal too (`_commit`), and `queued` it
+        would wait for ever. Run under the PR's lock, which every creator of its check runs holds from the create
+        to its commit: none of them is still on its way to being recorded. Best effort, like the withdrawal."""
+        url = self._pr_url(pr)
+        if not url:  # the check runs name their PR by its URL: without one, this PR's cannot be told apart
+            return
+        try:
+            runs = [cid for cid, details in publish.open_checks(repo, ev.head_sha, self.settings.check_name)
+                    if details == url and cid != ev.check_run_id]
+            if not runs:
+                return
+            known = set(session.scalars(select(Evaluation.check_run_id).where(Evaluation.check_run_id.in_(runs))))
+        except Exception:  # noqa: BLE001 - GitHub or the database away: the next dispatch looks again
+            log.warning("evaluation %s: stray check runs not looked for", ev.id, exc_info=True)
+            return
+        for cid in runs:
+            if cid not in known:
+                withdraw_check(repo, cid)
 
     @staticmethod
     def _commit(session: Session, repo, created_check: int | None, ev: Evaluation) -> None:

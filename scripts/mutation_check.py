@@ -225,7 +225,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("bot/rounds.py", "            if not (live.merged and live.head.sha == ev.head_sha and not won_before"
                "(session, pr)\n                    and landed(gh, ev, live.merge_commit_sha, method)):",
                "            if True:"),),
-             (RT + "test_a_merge_whose_answers_were_lost_while_github_went_down_is_the_next_beats_winner",)),
+             (RT + "test_a_merge_whose_every_answer_was_lost_is_still_the_rounds_winner[down]",)),
     Mutation("merge-landed-where-measured", "bot", "a merge that landed elsewhere (retargeted mid-merge) is not a "
              "winner", (("bot/rounds.py", "            if not landed(gh, ev, merged_sha, method):", "            if False:"),),
              (RT + "test_a_retarget_between_the_rounds_checks_and_its_merge_is_not_a_main_winner",)),
@@ -242,6 +242,10 @@ MUTATIONS: tuple[Mutation, ...] = (
                "        head = add_worktree(git_dir, hsha, workdir / \"head\", \"head\", head_ref)"),),
              ("tests/worker/test_checkout.py::test_a_speedup_that_is_only_the_lack_of_mains_later_regression_is_not_measured",
               "tests/worker/test_checkout.py::test_a_head_that_does_not_merge_with_its_base_is_the_prs_failure_not_infra")),
+    Mutation("stray-check-runs-withdrawn", "bot", "a check run no evaluation refers to, left queued when GitHub "
+             "refused its withdrawal, is completed by the next dispatch",
+             (("bot/service.py", "        self._withdraw_strays(session, repo, pr, ev)\n", ""),),
+             ("tests/bot/test_faults.py::test_a_check_run_github_will_not_withdraw_is_completed_by_the_retrys_dispatch",)),
     Mutation("commands-outside-code", "bot", "a /eval shown in a code block (fenced or indented) is not a command",
              (("bot/handlers.py", 'COMMAND_RE.search(FENCED_RE.sub("", body) if', "COMMAND_RE.search(body if"),
               ("bot/handlers.py", 'r"^ {0,3}/eval(', 'r"^[ \\t]*/eval(')),
@@ -369,7 +373,9 @@ MUTATIONS: tuple[Mutation, ...] = (
                "publish.add_label(gh, pr.number, MERGE_FIRST_LABEL)")),
              ("tests/bot/test_faults.py::test_a_round_whose_closer_fails_after_its_merge_has_that_one_winner",)),
     Mutation("lost-merge-answer-still-wins", "bot", "a merge whose answer GitHub lost is still the round's winner",
-             (("bot/rounds.py", "merged_sha = merged_at(gh, pr.number, ev.head_sha)", "merged_sha = None"),),
+             (("bot/rounds.py", "lost the answer (the client's retried PUT then met a 405).\n                merged_sha = "
+               "merged_at(gh, pr.number, ev.head_sha)", "lost the answer (the client's retried PUT then met a 405).\n"
+               "                merged_sha = None"),),
              ("tests/bot/test_faults.py::test_a_merge_whose_answer_github_lost_is_still_the_rounds_winner",)),
     Mutation("visibility-asked-again", "bot", "a repository made private leaves the dashboard within RECHECK_S",
              (("bot/web/access.py", "    if row is not None and utcnow() - row.checked_at < timedelta(seconds=RECHECK_S):",

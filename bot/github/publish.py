@@ -51,6 +51,12 @@ def create_check(repo: GhRepository, *, name: str, head_sha: str, external_id: s
     return run.id
 
 
+def open_checks(repo: GhRepository, head_sha: str, name: str) -> list[tuple[int, str | None]]:
+    """(id, details_url) of the check runs named `name` on `head_sha` that are not completed."""
+    return [(run.id, run.details_url) for run in repo.get_commit(head_sha).get_check_runs(check_name=name)
+            if run.name == name and run.status != CheckStatus.COMPLETED.value]
+
+
 def start_check(repo: GhRepository, check_run_id: int, output: dict[str, str]) -> None:
     repo.get_check_run(check_run_id).edit(status=CheckStatus.IN_PROGRESS.value,
                                           started_at=datetime.now(timezone.utc), output=output)

@@ -547,8 +547,10 @@ class FakeGitHub:
     def op_checks_list_for_ref(self, query, body, o, r, ref):
         repo = self._repo(o, r)
         sha = self.sha(repo, ref)
+        name, status = (query.get("check_name") or [None])[0], (query.get("status") or [None])[0]
         runs = [self._check_json(run) for run in self.check_runs.values()
-                if run["repo"] == repo.full_name and run["head_sha"] == sha]
+                if run["repo"] == repo.full_name and run["head_sha"] == sha
+                and name in (None, run["name"]) and status in (None, run["status"])]
         for i, other in enumerate(repo.other_checks.get(sha, [])):
             runs.append(self._check_json({"id": 900_000 + i, "repo": repo.full_name, "head_sha": sha,
                                           "external_id": "", "details_url": None, "output": None,

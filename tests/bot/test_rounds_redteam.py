@@ -105,23 +105,31 @@ def test_a_pr_closed_on_github_is_neither_told_main_moved_nor_re_evaluated(setti
 
 # ---- 4. a merge GitHub made whose every answer was lost --------------------------------------------------------
 
-def test_a_merge_made_whose_answers_were_all_lost_is_still_the_rounds_winner(settings, celery_worker, github, remote,
-                                                                             send):
+@pytest.mark.parametrize("then", ["answers", "down"])
+def test_a_merge_whose_every_answer_was_lost_is_still_the_rounds_winner(settings, celery_worker, github, remote,
+                                                                        send, monkeypatch, then):
     """GitHub merges #3, then the answer to the PUT and to both of the client's retries is lost (connection reset;
-    a short GitHub outage). The beat fails and rolls back; the next beat finds #3 closed ("no longer open") and
+    a short GitHub outage). The beat failed and rolled back; the next beat found #3 closed ("no longer open") and
     closed the round with no winner: #3's merge never recorded, #2 never told why main moved. A merge at the measured
-    head onto the measured base is the round's winner whether or not its answer arrived (rounds.landed)."""
+    head onto the measured base is the round's winner whether or not its answer arrived: asked at once whether it
+    merged (`answers`), or, when GitHub cannot say (`down`), read by the next beat (rounds.landed)."""
+    from bot import rounds
     two_measured_prs_and_a_due_round(github, remote, send)
     github.resets = 10  # every write is applied, its answer lost
-    beat()
+    with monkeypatch.context() as asked:
+        if then == "down":
+            asked.setattr(rounds, "merged_at", lambda *a: (_ for _ in ()).throw(ConnectionError("GitHub down")))
+        beat()
     github.resets = 0
-    repo = github.repos[REPO]
-    assert repo.pulls[3].merged  # GitHub did merge it
-    beat()  # the next beat (GitHub is back)
+    assert github.repos[REPO].pulls[3].merged  # GitHub did merge it
+    beat()  # the next beat, if the first closed nothing
     settle()
+    assert round_winners()[0] == (RoundState.CLOSED, pr_id(3))
+
+
+def round_winners() -> list:
     with session_scope() as s:
-        rounds = [(r.state, r.winner_pull_request_id) for r in s.scalars(select(Round).order_by(Round.id))]
-    assert rounds[0] == (RoundState.CLOSED, pr_id(3)), rounds
+        return [(r.state, r.winner_pull_request_id) for r in s.scalars(select(Round).order_by(Round.id))]
 
 
 # ---- 5. ties: candidates() sorts by (speedup, PR number); no test here, since PostgreSQL returned the rows in one
@@ -256,26 +264,6 @@ def test_a_loser_closed_on_github_whose_close_was_never_delivered_is_neither_tol
         assert not s.get(PullRequest, pr_id(2)).is_open
 
 
-def test_a_merge_whose_answers_were_lost_while_github_went_down_is_the_next_beats_winner(
-        settings, celery_worker, github, remote, send, monkeypatch):
-    """GitHub merges #3, every answer is lost and GitHub cannot be asked whether it merged (down): the beat fails.
-    The next beat finds #3 closed, merged at its measured head onto its measured base: that is the round's winner,
-    not a PR "no longer open"."""
-    from bot import rounds
-    two_measured_prs_and_a_due_round(github, remote, send)
-    github.resets = 10
-    with monkeypatch.context() as down:
-        down.setattr(rounds, "merged_at", lambda *a: (_ for _ in ()).throw(ConnectionError("GitHub down")))
-        beat()
-    github.resets = 0
-    assert github.repos[REPO].pulls[3].merged
-    beat()
-    settle()
-    with session_scope() as s:
-        rounds_ = [(r.state, r.winner_pull_request_id) for r in s.scalars(select(Round).order_by(Round.id))]
-    assert rounds_[0] == (RoundState.CLOSED, pr_id(3)), rounds_
-
-
 def test_an_older_payload_replayed_after_the_round_merged_cannot_reopen_the_winner(settings, celery_worker, github,
                                                                                    remote, send):
     """#3's `opened` body, captured before the round (its updated_at older than the merge), is replayed under a new
@@ -310,6 +298,5 @@ def test_a_merge_is_counted_once_even_when_a_payload_reopens_its_row(settings, c
     due()
     (plan2,) = beat()
     settle()
-    with session_scope() as s:
-        wins = [r.winner_pull_request_id for r in s.scalars(select(Round).order_by(Round.id))]
+    wins = [winner for _, winner in round_winners()]
     assert wins.count(pr_id(3)) == 1, f"#3's merge counted {wins.count(pr_id(3))}x:\n{plan2}"
