@@ -47,6 +47,7 @@ E = "tests/worker/redteam/test_escape.py::"
 R2 = "tests/worker/redteam/test_offclock.py::"
 RACES = "tests/bot/test_races.py::"
 RT = "tests/bot/test_rounds_redteam.py::"
+H = "tests/bot/history/test_history_redteam.py::"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("regressions-never-hide", "13.4", "a regression blocks a tier even beside a speedup (MIXED or REJECT)",
@@ -246,6 +247,33 @@ MUTATIONS: tuple[Mutation, ...] = (
              "refused its withdrawal, is completed by the next dispatch",
              (("bot/service.py", "        self._withdraw_strays(session, repo, pr, ev)\n", ""),),
              ("tests/bot/test_faults.py::test_a_check_run_github_will_not_withdraw_is_completed_by_the_retrys_dispatch",)),
+    Mutation("culprit-needs-evidence", "bot", "a commit is named culprit only on a paired measurement that shows the "
+             "step", (("bot/history/job.py", "culprit, rel = between[0], evidence(session, cp, between[0], cp.good_sha)",
+                       "culprit, rel = between[0], cp.rel_step"),),
+             (H + "test_a_false_alarm_is_not_named_as_a_culprit_without_evidence",
+              H + "test_bisection_whose_every_midpoint_is_good_names_no_culprit")),
+    Mutation("history-in-main-order", "bot", "main's history is in first-parent order, not webhook order",
+             (("bot/history/job.py", "        line = commits.first_parent_line(repo.clone_url, repo.default_branch) "
+               "if repo.clone_url else None", "        line = None"),),
+             (H + "test_out_of_order_webhooks_blame_the_right_commit_and_pr",)),
+    Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
+             (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
+             (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),
+    Mutation("history-point-stored-before-post", "bot", "a main measurement is stored before its scan posts",
+             (("bot/history/tasks.py", "            # Stored before the scan: a post GitHub refuses (or any failure "
+               "after this) must not take the point\n            # out of main's history with it. Then the locks "
+               "again, in the same order.\n            session.commit()\n", ""),),
+             (H + "test_github_down_while_posting_does_not_lose_the_measurement",)),
+    Mutation("merge-never-skipped-when-mirror-away", "bot", "a merge whose parent cannot be read is stored, not skipped",
+             (("bot/history/measure.py", "        parent = \"\"\n", "        return None\n"),),
+             (H + "test_github_unreachable_at_merge_does_not_silently_skip_the_commit",)),
+    Mutation("unsent-measurement-sent-on-redelivery", "bot", "a redelivered merge sends its never-sent measurement",
+             (("bot/history/measure.py", "        if existing.state == UNSENT:", "        if False:"),),
+             (H + "test_broker_down_at_merge_then_redelivered_measures_the_merge",)),
+    Mutation("unsent-measurement-sent-by-beat", "bot", "the beat sends a measurement the broker refused",
+             (("bot/history/measure.py", ".where(MainMeasurement.state == UNSENT)\n",
+               ".where(MainMeasurement.state == \"never\")\n"),),
+             (H + "test_a_measurement_the_broker_refused_is_sent_by_the_beat",)),
     Mutation("commands-outside-code", "bot", "a /eval shown in a code block (fenced or indented) is not a command",
              (("bot/handlers.py", 'COMMAND_RE.search(FENCED_RE.sub("", body) if', "COMMAND_RE.search(body if"),
               ("bot/handlers.py", 'r"^ {0,3}/eval(', 'r"^[ \\t]*/eval(')),

@@ -40,8 +40,12 @@ def mirror(clone_url: str) -> Path:
 
 
 def first_parent(clone_url: str, sha: str) -> str | None:
+    """`sha`'s first parent; None for a root commit. Raises GitError when the mirror cannot be fetched or does not
+    hold `sha`: the caller's delivery is retried, rather than the merge skipped as if it were the root."""
+    path = mirror(clone_url)
+    _git("cat-file", "-e", f"{sha}^{{commit}}", cwd=path)
     try:
-        return _git("rev-parse", "--verify", "-q", f"{sha}^1", cwd=mirror(clone_url))
+        return _git("rev-parse", "--verify", "-q", f"{sha}^1", cwd=path)
     except GitError:
         return None  # the root commit
 
@@ -53,3 +57,9 @@ def commits_between(clone_url: str, good: str, bad: str) -> list[str]:
         raise GitError(f"{good[:7]} is not an ancestor of {bad[:7]}")
     out = _git("rev-list", "--first-parent", "--reverse", f"{good}..{bad}", cwd=path)
     return out.split() if out else []
+
+
+def first_parent_line(clone_url: str, branch: str) -> dict[str, int]:
+    """Each commit on `branch`'s first-parent line → its position, oldest 0: the order merges landed in."""
+    out = _git("rev-list", "--first-parent", "--reverse", f"refs/heads/{branch}", cwd=mirror(clone_url))
+    return {sha: i for i, sha in enumerate(out.split())}

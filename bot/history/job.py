@@ -19,13 +19,38 @@ log = logging.getLogger(__name__)
 GhRepo = Callable[[Repository], object]  # repository row → PyGithub Repository (lazy)
 
 
-def series(session: Session, repo_id: int, model: str, gate: str) -> list[HistoryPoint]:
-    """Main's measured points of one gate, in merge order (bisection measurements are not history)."""
-    return list(session.scalars(
+def series(session: Session, repo_id: int, model: str, gate: str,
+           line: dict[str, int] | None = None) -> list[HistoryPoint]:
+    """Main's measured points of one gate (bisection measurements are not history), in the order the commits stand
+    on main's first-parent `line` (sha → position; commits no longer on it left out), else in the order their
+    measurements were queued. Webhooks are handled out of order (a failed delivery retried): queue order alone put
+    a slowdown on a later, innocent commit."""
+    points = list(session.scalars(
         select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
         .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
                MainMeasurement.kind == "merge", MainMeasurement.state == "done", HistoryPoint.tok_s.is_not(None))
         .order_by(MainMeasurement.id)))
+    if line is None:
+        return points
+    return sorted((p for p in points if p.sha in line), key=lambda p: line[p.sha])
+
+
+def machine_of(m: MainMeasurement) -> str:
+    """What makes two measurements' absolute tok/s one series: the profile and the device model that measured
+    them (a GPU pool changing its cards is no change on main)."""
+    host = ((m.result or {}).get("receipt") or {}).get("host") or {}
+    device = (host.get("gpu") or {}).get("name") or host.get("cpu_model") or "unknown device"
+    return f"{m.profile} on {device}"
+
+
+def by_machine(session: Session, points: list[HistoryPoint]) -> list[list[HistoryPoint]]:
+    """`points` split into one series per machine_of, each in the given order."""
+    ids = {p.measurement_id for p in points}
+    machine = {m.id: machine_of(m) for m in session.scalars(select(MainMeasurement).where(MainMeasurement.id.in_(ids)))}
+    groups: dict[str, list[HistoryPoint]] = {}
+    for p in points:
+        groups.setdefault(machine[p.measurement_id], []).append(p)
+    return list(groups.values())
 
 
 def gates_of(session: Session, repo_id: int) -> list[tuple[str, str]]:
@@ -47,8 +72,13 @@ def history_url(settings: Settings, repo: Repository, model: str, gate: str, cp_
 def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, repo: Repository) -> list[ChangePoint]:
     """Every gate's history → new change points (posted once, bisection queued)."""
     found = []
-    for model, gate in gates_of(session, repo.id):
-        points = series(session, repo.id, model, gate)
+    try:
+        line = commits.first_parent_line(repo.clone_url, repo.default_branch) if repo.clone_url else None
+    except commits.GitError as exc:
+        log.warning("%s: main's commit order not read (%s): measurements in queue order", repo.full_name, exc)
+        line = None
+    for model, gate, points in (mg + (group,) for mg in gates_of(session, repo.id)
+                                for group in by_machine(session, series(session, repo.id, *mg, line))):
         known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
                                                                  ChangePoint.model == model,
                                                                  ChangePoint.gate == gate)))
@@ -92,6 +122,16 @@ def post(session: Session, settings: Settings, gh_repo: GhRepo, repo: Repository
         cp.issue_number = gh.create_issue(title=title, body=body).number
 
 
+def update_post(session: Session, settings: Settings, gh_repo: GhRepo, repo: Repository, cp: ChangePoint) -> None:
+    """The post edited as the bisection moves: best effort. Raised, GitHub's refusal rolled back the step's state
+    (a measurement already taken, the next one not queued), and a retry of the result does not take the step
+    again; the next step's edit carries this one's state too."""
+    try:
+        post(session, settings, gh_repo, repo, cp)
+    except Exception:  # noqa: BLE001 - logged; the state is stored and the next edit shows it
+        log.warning("change point %s: its post not updated (%s)", cp.id, cp.state, exc_info=True)
+
+
 def advance(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, repo: Repository,
             cp: ChangePoint) -> None:
     """Name the commit when one is left in (good, bad]; otherwise measure the midpoint against good."""
@@ -99,15 +139,53 @@ def advance(session: Session, settings: Settings, celery: Celery, gh_repo: GhRep
         between = commits.commits_between(repo.clone_url, cp.good_sha, cp.bad_sha)
     except commits.GitError as exc:
         cp.state, cp.detail = "unresolved", f"could not list commits: {exc}"
-        post(session, settings, gh_repo, repo, cp)
+        update_post(session, settings, gh_repo, repo, cp)
         return
-    if len(between) <= 1:
-        cp.state, cp.culprit_sha = "named", (between[0] if between else cp.bad_sha)
-        post(session, settings, gh_repo, repo, cp)
+    if not between:  # the last candidate was measured against its parent and did not move: nothing is left
+        cp.state = "unresolved"
+        cp.detail = (f"no commit reproduces the {cp.rel_step:+.1%} step when measured against its parent: a false "
+                     "alarm of the detector is possible")
+        update_post(session, settings, gh_repo, repo, cp)
+        return
+    if len(between) == 1:
+        # Named only on a paired measurement of the commit itself that shows the step: the range's bad end may
+        # come from the detector alone (never measured), and a noise alarm must not become a public accusation of
+        # whichever commit is left.
+        culprit, rel = between[0], evidence(session, cp, between[0], cp.good_sha)
+        if rel is None:
+            queue_measurement(session, settings, celery, repo, kind="bisect", sha=culprit, base_sha=cp.good_sha,
+                              change_point_id=cp.id)
+        elif is_bad(rel, cp.rel_step):
+            cp.state, cp.culprit_sha = "named", culprit
+            update_post(session, settings, gh_repo, repo, cp)
+        else:
+            cp.state = "unresolved"
+            cp.detail = (f"`{culprit[:12]}` measured against its parent `{cp.good_sha[:12]}` moved {rel:+.1%}, not "
+                         f"the {cp.rel_step:+.1%} step, and no earlier commit reproduces it: a false alarm of the "
+                         "detector is possible")
+            update_post(session, settings, gh_repo, repo, cp)
         return
     mid = between[(len(between) - 1) // 2]
     queue_measurement(session, settings, celery, repo, kind="bisect", sha=mid, base_sha=cp.good_sha,
                       change_point_id=cp.id)
+
+
+def evidence(session: Session, cp: ChangePoint, sha: str, good: str) -> float | None:
+    """A paired measurement of `sha` on the change point's gate that can name it: one this bisection took (against
+    an earlier good end: an ancestor of `good`) that showed the step, else the newest against `good` itself (a
+    merge measured against its parent). Its relative change, or None when there is none."""
+    def measured(*where) -> list[float]:
+        return list(session.scalars(
+            select(HistoryPoint.rel_change).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
+            .where(MainMeasurement.repository_id == cp.repository_id, MainMeasurement.sha == sha,
+                   MainMeasurement.state == "done", HistoryPoint.model == cp.model, HistoryPoint.gate == cp.gate,
+                   HistoryPoint.rel_change.is_not(None), *where)
+            .order_by(MainMeasurement.id.desc())))
+    shown = [r for r in measured(MainMeasurement.change_point_id == cp.id) if is_bad(r, cp.rel_step)]
+    if shown:
+        return shown[0]
+    against_good = measured(MainMeasurement.base_sha == good)
+    return against_good[0] if against_good else None
 
 
 def is_bad(rel_change: float, rel_step: float) -> bool:
@@ -124,7 +202,7 @@ def bisect_step(session: Session, settings: Settings, celery: Celery, gh_repo: G
     if m.state != "done" or point is None or point.rel_change is None:
         cp.state = "unresolved"
         cp.detail = f"measuring {m.sha[:7]} failed: {m.detail or (point.reason if point else 'gate not measured')}"
-        post(session, settings, gh_repo, repo, cp)
+        update_post(session, settings, gh_repo, repo, cp)
         return cp.detail
     bad = is_bad(point.rel_change, cp.rel_step)
     if bad:

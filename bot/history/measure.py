@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 RESULT_TASK = "tokengate.history_result"
 FAILURE_TASK = "tokengate.history_failed"
 EVALUATE = EVALUATE_TASK  # the gpu task's name (tests point it at a fake that reads the tree)
+UNSENT = "unsent"  # stored, its GPU job not (yet) sent: the broker or the mirror was away
 
 
 def peak_memory(result: EvalResult) -> tuple[int | None, str | None]:
@@ -41,36 +42,90 @@ def queue_measurement(session: Session, settings: Settings, celery: Celery, repo
                       change_point_id: int | None = None, merged_at=None) -> MainMeasurement:
     m = MainMeasurement(repository_id=repo.id, kind=kind, sha=sha, base_sha=base_sha,
                         pull_request_id=pull_request.id if pull_request else None, change_point_id=change_point_id,
-                        state="queued", profile=settings.history_profile or settings.eval.profile,
+                        state="queued" if base_sha else UNSENT, profile=settings.history_profile or settings.eval.profile,
                         merged_at=merged_at, celery_task_id=str(uuid.uuid4()))
     session.add(m)
     session.flush()
+    if base_sha:
+        send(session, settings, celery, repo, m)
+    return m
+
+
+def send(session: Session, settings: Settings, celery: Celery, repo: Repository, m: MainMeasurement) -> bool:
+    """Commit the row, then send its GPU job (the result may come back before this session would otherwise
+    commit). A send the broker refuses leaves the row UNSENT, committed: `resend_unsent` (a beat) and a
+    redelivered merge webhook send it again. Nothing is raised: the caller's work (a PR's close, a landed
+    result) stands without it."""
     job = {"repo_url": repo.clone_url, "repo_full_name": repo.full_name, "pr_number": None,
-           "base_ref": base_sha, "head_ref": sha, "base_sha": base_sha, "head_sha": sha, "profile": m.profile,
+           "base_ref": m.base_sha, "head_ref": m.sha, "base_sha": m.base_sha, "head_sha": m.sha, "profile": m.profile,
            "models": list(settings.models) or None, "attempt": 1, "history_id": m.id,
            "settings": settings.eval.model_dump(mode="json")}
-    task_id = m.celery_task_id
-    session.commit()  # the result may come back before this session would otherwise commit
-    celery.send_task(EVALUATE, args=[job], task_id=task_id, queue=GPU_QUEUE,
-                     link=signature(RESULT_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery),
-                     link_error=signature(FAILURE_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery))
-    return m
+    task_id, m.state = m.celery_task_id, "queued"
+    session.commit()
+    try:
+        celery.send_task(EVALUATE, args=[job], task_id=task_id, queue=GPU_QUEUE,
+                         link=signature(RESULT_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery),
+                         link_error=signature(FAILURE_TASK, args=[m.id, task_id], queue=PUBLISH_QUEUE, app=celery))
+    except Exception as exc:  # noqa: BLE001 - the broker is away: sent again later
+        log.warning("main measurement %s: not sent (%s); sent again later", m.id, exc)
+        m.state, m.detail = UNSENT, f"not sent: {type(exc).__name__}: {exc}"[:2000]
+        session.commit()
+        return False
+    return True
+
+
+def resend(session: Session, settings: Settings, celery: Celery, m: MainMeasurement) -> bool:
+    """An UNSENT measurement: its base read from the mirror where it was not known yet, then sent."""
+    repo = m.repository
+    if not m.base_sha:
+        try:
+            parent = commits.first_parent(repo.clone_url, m.sha)
+        except commits.GitError as exc:
+            m.detail = f"parent not read: {exc}"[:2000]
+            session.commit()
+            return False
+        if parent is None:  # the root commit: nothing to measure it against
+            m.state, m.detail, m.finished_at = "failed", "the root commit has no parent to measure against", utcnow()
+            session.commit()
+            return False
+        m.base_sha = parent
+    return send(session, settings, celery, repo, m)
+
+
+def resend_unsent(session: Session, settings: Settings, celery: Celery) -> list[str]:
+    """The beat: every UNSENT main measurement sent again (the broker or GitHub was away)."""
+    out = []
+    for m_id in list(session.scalars(select(MainMeasurement.id).where(MainMeasurement.state == UNSENT)
+                                     .order_by(MainMeasurement.id))):
+        m = session.get(MainMeasurement, m_id, with_for_update=True, populate_existing=True)
+        if m is not None and m.state == UNSENT:
+            out.append(f"main measurement {m_id}: {'sent' if resend(session, settings, celery, m) else 'not yet'}")
+    return out
 
 
 def on_main_merged(session: Session, settings: Settings, celery: Celery, repo: Repository,
                    pr: PullRequest | None, merge_sha: str, merged_at=None) -> MainMeasurement | None:
     """The hook: a PR was merged into the default branch → measure the merge commit against its parent
-    (once per commit; a redelivered webhook finds the row)."""
+    (once per commit; a redelivered webhook finds the row, and sends it if it was never sent). When the mirror
+    cannot be read (GitHub away), the row is stored UNSENT and the beat reads its parent later: the merge is
+    never skipped, and the PR's close does not wait for it."""
     if not settings.history_enabled or not repo.clone_url or not merge_sha:
         return None
     existing = session.scalar(select(MainMeasurement).where(MainMeasurement.repository_id == repo.id,
                                                             MainMeasurement.kind == "merge",
                                                             MainMeasurement.sha == merge_sha))
     if existing is not None:
+        if existing.state == UNSENT:
+            resend(session, settings, celery, existing)
         return existing
-    parent = commits.first_parent(repo.clone_url, merge_sha)
-    if parent is None:
-        return None
+    try:
+        parent = commits.first_parent(repo.clone_url, merge_sha)
+    except commits.GitError as exc:
+        log.warning("main measurement of %s: parent not read (%s); the beat reads it again", merge_sha[:7], exc)
+        parent = ""
+    else:
+        if parent is None:
+            return None  # the root commit
     return queue_measurement(session, settings, celery, repo, kind="merge", sha=merge_sha, base_sha=parent,
                              pull_request=pr, merged_at=merged_at or utcnow())
 
@@ -96,7 +151,7 @@ def accept(session: Session, measurement_id: int, task_id: str | None, result_di
     m = session.get(MainMeasurement, measurement_id, with_for_update=True, populate_existing=True)
     if m is None:
         return f"main measurement {measurement_id} unknown"
-    if m.state not in ("queued", "running"):
+    if m.state not in ("queued", "running", UNSENT):  # UNSENT: a send whose answer was lost did reach the broker
         return f"main measurement {measurement_id} is {m.state}: ignored"
     if task_id is not None and task_id != m.celery_task_id:
         return f"main measurement {measurement_id}: stale task {task_id} ignored"

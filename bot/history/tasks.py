@@ -12,6 +12,8 @@ from worker.queue.app import app
 
 log = logging.getLogger(__name__)
 
+RESEND_TASK = "tokengate.resend_unsent_measurements"
+
 
 def _gh_repo(repo):
     from bot.github.client import get_github_app
@@ -31,14 +33,24 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
             session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
         m = measure.accept(session, measurement_id, task_id, result, failure)
         if isinstance(m, str):
-            return m
-        session.flush()
+            m = _landed_merge(session, measurement_id, m)
+            if isinstance(m, str):
+                return m
+        else:
+            # Stored before the scan: a post GitHub refuses (or any failure after this) must not take the point
+            # out of main's history with it. Then the locks again, in the same order.
+            session.commit()
+            session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
+            m = session.get(MainMeasurement, measurement_id, with_for_update=True, populate_existing=True)
         outcome = job.after_measurement(session, get_settings(), celery_app(), _gh_repo, m)
     log.info("main measurement %s: %s", measurement_id, outcome)
     return outcome
 
 
-@app.task(name=measure.RESULT_TASK, autoretry_for=(ConnectionError,), retry_backoff=True, max_retries=5)
+# Any failure is retried (GitHub down while a change point is posted, PostgreSQL restarting): the measurement itself
+# is committed before the scan (`_land`), and a retry of a merge's result scans again (known change points are
+# not posted twice).
+@app.task(name=measure.RESULT_TASK, autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def history_result(result: dict, measurement_id: int, task_id: str | None = None) -> str:
     """A main measurement lands only when a GPU worker's own key signed it for this task (as a PR's result
     must: bot/service.py); the broker URL alone plots nothing."""
@@ -51,6 +63,21 @@ def history_result(result: dict, measurement_id: int, task_id: str | None = None
         return f"main measurement {measurement_id}: unsigned or forged result ignored"
     body = {k: v for k, v in result.items() if k != RESULT_AUTH}
     return _land(measurement_id, task_id, body, None)
+
+
+def _landed_merge(session, measurement_id: int, why: str):
+    """A merge measurement already landed (this task retried after its scan failed): scan again; else `why`."""
+    m = session.get(MainMeasurement, measurement_id)
+    return m if m is not None and m.kind == "merge" and m.state == "done" else why
+
+
+@app.task(name=RESEND_TASK)
+def resend_unsent_measurements() -> list[str]:
+    """Main measurements stored but never sent (the broker or the mirror was away): sent now (beat)."""
+    from bot.queue.app import celery_app
+    from bot.settings import get_settings
+    with session_scope() as session:
+        return measure.resend_unsent(session, get_settings(), celery_app())
 
 
 @app.task(name=measure.FAILURE_TASK)

@@ -226,11 +226,15 @@ def reap_lost_evaluations() -> list[str]:
 
 
 def schedule_periodic(celery) -> None:
-    """The publish worker's beat: close due rounds, reap lost evaluations, drain the delivery outbox."""
+    """The publish worker's beat: close due rounds, reap lost evaluations, drain the delivery outbox, send main
+    measurements that were never sent."""
+    from bot.history.tasks import RESEND_TASK
     celery.conf.beat_schedule = {
         "close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S, "options": {"queue": "publish"}},
         "reap-lost-evaluations": {"task": WATCHDOG_TASK, "schedule": get_settings().watchdog_interval_s,
                                   "options": {"queue": "publish", "expires": get_settings().watchdog_interval_s}},
         "drain-outbox": {"task": DRAIN_TASK, "schedule": get_settings().outbox_interval_s,
                          "options": {"queue": "publish", "expires": get_settings().outbox_interval_s}},
+        "resend-unsent-measurements": {"task": RESEND_TASK, "schedule": get_settings().watchdog_interval_s,
+                                       "options": {"queue": "publish", "expires": get_settings().watchdog_interval_s}},
     }

@@ -181,7 +181,7 @@ def queue(session: Session, gpu_workers: int) -> dict:
     evs = list(session.scalars(select(Evaluation).where(Evaluation.state.in_([EvalState.RUNNING, EvalState.QUEUED]))
                                .order_by(Evaluation.state.desc(), Evaluation.id)))
     rows = [(ev, queue_info(session, ev, gpu_workers)) for ev in evs]
-    main = list(session.scalars(select(MainMeasurement).where(MainMeasurement.state.in_(["queued", "running"]))
+    main = list(session.scalars(select(MainMeasurement).where(MainMeasurement.state.in_(["queued", "running", "unsent"]))
                                 .order_by(MainMeasurement.id)))
     return {"running": [r for r in rows if r[0].state is EvalState.RUNNING],
             "waiting": [r for r in rows if r[0].state is EvalState.QUEUED], "main": main}

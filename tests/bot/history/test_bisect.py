@@ -14,7 +14,8 @@ from tests.bot.history import tree_fake
 from tests.bot.web import fill
 
 pytestmark = pytest.mark.services
-CULPRIT = 14  # commit number that lowers speed.txt; main is measured after every third commit
+CULPRIT = 26  # commit number that lowers speed.txt; main is measured after every third commit (15 merges:
+# the detector first scans at 12)
 
 
 def write_main(remote, n: int) -> list[str]:
@@ -36,14 +37,14 @@ def test_planted_step_is_posted_once_and_bisected_to_its_commit(settings, github
     (remote.path / "speed.txt").write_text("400\n")
     remote.git("add", "-A")
     remote.git("commit", "-q", "-m", "speed file")
-    shas = write_main(remote, 24)
+    shas = write_main(remote, 45)
     from bot.queue.app import celery_app
     from bot.testing.github_server import PullState
     state = github.repos["codertocat/hello-world"]
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
         repo_id = repo.id
-    for k, i in enumerate(range(3, 25, 3)):  # a rebase-merged PR of three commits each
+    for k, i in enumerate(range(3, 46, 3)):  # a rebase-merged PR of three commits each
         state.pulls[100 + k] = PullState(number=100 + k, title=f"PR {100 + k}", author="dev", head_ref=f"b{k}",
                                          base_ref="main", state="closed", merged=True, merge_commit_sha=shas[i - 1])
         with session_scope() as session:
@@ -64,14 +65,14 @@ def test_planted_step_is_posted_once_and_bisected_to_its_commit(settings, github
     with session_scope() as session:
         trail = [(m.kind, index.get(m.sha), index.get(m.base_sha), m.state, m.detail) for m in
                  session.query(MainMeasurement).order_by(MainMeasurement.id)]
-    assert (state_, index.get(culprit)) == ("named", CULPRIT), (trail[8:], index.get(sha), index.get(previous))
-    assert (previous, sha) == (shas[11], shas[14])  # measured after commits 12 and 15
+    assert (state_, index.get(culprit)) == ("named", CULPRIT), (trail[15:], index.get(sha), index.get(previous))
+    assert (previous, sha) == (shas[23], shas[26])  # measured after commits 24 and 27
     assert step == pytest.approx(-0.075, abs=0.01)
     with session_scope() as session:
         bisect = session.query(MainMeasurement).filter_by(kind="bisect").order_by(MainMeasurement.id).all()
-        assert [index[m.sha] for m in bisect] == [14, 13]  # (12, 15]: 14 is bad, then (12, 14]: 13 is good
+        assert [index[m.sha] for m in bisect] == [26, 25]  # (24, 27]: 26 is bad, then (24, 26]: 25 is good
     posts = [c for c in github.comments.values() if "moved" in c["body"]]
-    assert len(posts) == 1 and posts[0]["issue"] == 104  # once, on the PR whose merge brought commit 15
+    assert len(posts) == 1 and posts[0]["issue"] == 108  # once, on the PR whose merge brought commit 27
     body = posts[0]["body"]
     assert f"Culprit: `{shas[CULPRIT - 1]}`" in body and posts[0]["edits"] >= 1
     assert "https://tg.example.org/repos/Codertocat/Hello-World/history?model=qwen35-tiny&gate=decode@512" in body
