@@ -255,21 +255,21 @@ def test_github_down_while_posting_does_not_lose_the_measurement(env, github, re
 
     from bot.history import tasks
     settings = env
-    shas = main_line(remote, 9)
+    shas = main_line(remote, 14)
     gh = FakeGH()
     gh.down = GithubException(502, {"message": "Bad Gateway"}, None)
     monkeypatch.setattr(tasks, "_gh_repo", lambda _repo: gh)
-    levels = [400, 401, 399, 400, 400.5, 372, 371]
+    levels = [400, 401, 399, 400, 400.5, 399.5, 400, 401, 399, 400, 372, 371]
     with session_scope() as session:
         repo = fill.repository(session, github, remote)
         for i, v in enumerate(levels):
             add_merge(session, repo, shas[i], shas[i + 1], v)
-        m = MainMeasurement(repository_id=repo.id, kind="merge", sha=shas[8], base_sha=shas[7], state="queued",
+        m = MainMeasurement(repository_id=repo.id, kind="merge", sha=shas[13], base_sha=shas[12], state="queued",
                             profile="quick", celery_task_id="t-8")
         session.add(m)
         session.flush()
         m_id, repo_full = m.id, repo.full_name
-    payload = result(type("R", (), {"full_name": repo_full})(), shas[7], shas[8], 372.5).to_dict()
+    payload = result(type("R", (), {"full_name": repo_full})(), shas[12], shas[13], 372.5).to_dict()
     error = None
     try:
         tasks._land(m_id, "t-8", payload, None)
@@ -279,6 +279,7 @@ def test_github_down_while_posting_does_not_lose_the_measurement(env, github, re
     with session_scope() as session:
         m = session.get(MainMeasurement, m_id)
         state, npoints = m.state, len(m.points)
+    assert gh.posts == [] and error is not None  # the scan did find the step, and its post failed
     assert state == "done" or retried, (
         f"after GitHub's 502 the measurement is {state!r} with {npoints} point(s); the task raised "
         f"{type(error).__name__} which history_result does not retry (autoretry_for=(ConnectionError,))")
