@@ -264,10 +264,9 @@ def test_a_loser_closed_on_github_whose_close_was_never_delivered_is_neither_tol
         assert not s.get(PullRequest, pr_id(2)).is_open
 
 
-def test_an_older_payload_replayed_after_the_round_merged_cannot_reopen_the_winner(settings, celery_worker, github,
-                                                                                   remote, send):
-    """#3's `opened` body, captured before the round (its updated_at older than the merge), is replayed under a new
-    delivery id after the round merged #3: the stored row stays closed."""
+def merge_3_then_replay_its_opened(github, remote, send) -> None:
+    """#2 and #3 measured, the round merges #3; then #3's `opened` body, captured before, comes again under a new
+    delivery id."""
     two_measured_prs_and_a_due_round(github, remote, send)
     opened3 = pr_payload(github, remote, "opened", number=3, head_ref="b")
     (plan,) = beat()
@@ -275,6 +274,13 @@ def test_an_older_payload_replayed_after_the_round_merged_cannot_reopen_the_winn
     settle()
     d = send("pull_request", opened3).json()["delivery"]
     wait_until(lambda: processed(d), what="replay handled")
+
+
+def test_an_older_payload_replayed_after_the_round_merged_cannot_reopen_the_winner(settings, celery_worker, github,
+                                                                                   remote, send):
+    """#3's `opened` body, captured before the round (its updated_at older than the merge), is replayed under a new
+    delivery id after the round merged #3: the stored row stays closed."""
+    merge_3_then_replay_its_opened(github, remote, send)
     with session_scope() as s:
         assert not s.get(PullRequest, pr_id(3)).is_open
 
@@ -287,13 +293,7 @@ def test_a_merge_is_counted_once_even_when_a_payload_reopens_its_row(settings, c
     from bot.testing.github_server import PullState
     repo.pulls[3] = PullState(number=3, title="PR 3", author="Codertocat", head_ref="b", base_ref="main",
                               updated_at="2099-01-01T00:00:00Z")
-    two_measured_prs_and_a_due_round(github, remote, send)
-    opened3 = pr_payload(github, remote, "opened", number=3, head_ref="b")
-    (plan,) = beat()
-    assert plan.splitlines()[-1].strip() == "winner: #3", plan
-    settle()
-    d = send("pull_request", opened3).json()["delivery"]
-    wait_until(lambda: processed(d), what="replay handled")
+    merge_3_then_replay_its_opened(github, remote, send)
     settle()
     due()
     (plan2,) = beat()
