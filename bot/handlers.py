@@ -88,7 +88,8 @@ class Handlers:
             PullRequest.repository_id == repo.id, PullRequest.number == payload["pull_request"]["number"])
             .with_for_update())
         pr = self.service.upsert_pull(session, repo, payload["pull_request"])
-        if pr.id in session.info.get("stale_pulls", ()):
+        merged = action == "closed" and bool(payload["pull_request"].get("merged"))
+        if pr.id in session.info.get("stale_pulls", ()) and not merged:  # a merge is final: never stale
             return (f"{action}: payload head {payload['pull_request']['head']['sha'][:7]} is older than the stored "
                     f"{pr.head_sha[:7]}: ignored")
         sender = login_of(payload.get("sender"))
@@ -96,7 +97,7 @@ class Handlers:
         if action == "closed":
             pr.is_open = False
             n = self.service.cancel(session, pr, by=None) if self.service.active(session, pr) else 0
-            if payload["pull_request"].get("merged") and pr.base_ref == repo.default_branch:  # issue 16: main's history
+            if merged and pr.base_ref == repo.default_branch:  # issue 16: main's history
                 on_main_merged(session, self.settings, self.service.celery, repo, pr,
                                payload["pull_request"].get("merge_commit_sha"))
             return f"closed; {n} evaluation(s) cancelled"

@@ -208,9 +208,13 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
     open_round(session, repo, service.settings.round_window_s)  # the next window starts now
     if winner is not None:
         pr, ev = winner
-        # Merged: no later event can reopen it, so the stored state is as of now (an older payload replayed after
-        # this, whatever its updated_at, cannot make it a contender again).
-        mark_closed(pr, None, at_least=utcnow())
+        # Merged: stored as of GitHub's updated_at after the merge, so an older payload replayed later cannot make it
+        # a contender again, while the `closed` webhook of this very merge (same updated_at) is still handled.
+        try:
+            mark_closed(pr, gh.get_pull(pr.number))
+        except Exception:  # noqa: BLE001 - GitHub away: the round and its winner are stored first all the same
+            log.warning("round: #%s not read after its merge", pr.number, exc_info=True)
+            pr.is_open = False
         rnd.winner_pull_request_id = pr.id
         rnd.winner_speedup = ev.best_speedup
         # GitHub has merged: the round is stored closed with its winner before any other write. Rolled back by a
@@ -255,16 +259,20 @@ def landed(gh, ev: Evaluation, merge_sha: str | None, method: str) -> bool:
     return onto.behind_by == 0 and onto.ahead_by == made
 
 
-def mark_closed(pr: PullRequest, live, at_least=None) -> None:
-    """Store what GitHub showed: closed, and as of its updated_at (or `at_least`), so an older payload replayed
-    later (a redelivery, or a body captured earlier under a new delivery id) is stale and cannot reopen the row."""
-    pr.is_open = False
-    updated = getattr(live, "updated_at", None)
+def mark_closed(pr: PullRequest, live) -> None:
+    """Store what GitHub showed: closed, as of its updated_at, so an older payload replayed later (a redelivery, or
+    a body captured earlier under a new delivery id) is stale and cannot reopen the row. A PR closed unmerged keeps
+    a newer event the row already holds (a `reopened` handled since GitHub was read); a merge is final."""
+    updated = live.updated_at
     if updated is not None and updated.tzinfo is None:
         updated = updated.replace(tzinfo=timezone.utc)
-    for t in (updated, at_least):
-        if t is not None and (pr.head_updated_at is None or t > aware(pr.head_updated_at)):
-            pr.head_updated_at = t
+    stored = aware(pr.head_updated_at)
+    newer_stored = updated is not None and stored is not None and updated < stored
+    if newer_stored and not live.merged:
+        return
+    pr.is_open = False
+    if updated is not None and not newer_stored:
+        pr.head_updated_at = updated
 
 
 def won_before(session: Session, pr: PullRequest) -> bool:

@@ -238,9 +238,7 @@ MUTATIONS: tuple[Mutation, ...] = (
                "live.head.sha == ev.head_sha"),),
              (RT + "test_a_merge_is_counted_once_even_when_a_payload_reopens_its_row",)),
     Mutation("head-measured-as-it-would-land", "13.7", "a head that lacks its base is measured merged with it",
-             (("worker/checkout.py", "        head = merge_base_into(git_dir, add_worktree(git_dir, hsha, workdir / "
-               "\"head\", \"head\", head_ref), bsha)",
-               "        head = add_worktree(git_dir, hsha, workdir / \"head\", \"head\", head_ref)"),),
+             (("worker/checkout.py", "        merged = merged_commit(git_dir, hsha, bsha)\n", "        merged = None\n"),),
              ("tests/worker/test_checkout.py::test_a_speedup_that_is_only_the_lack_of_mains_later_regression_is_not_measured",
               "tests/worker/test_checkout.py::test_a_head_that_does_not_merge_with_its_base_is_the_prs_failure_not_infra")),
     Mutation("stray-check-runs-withdrawn", "bot", "a check run no evaluation refers to, left queued when GitHub "

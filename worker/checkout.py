@@ -120,23 +120,28 @@ def contains(git_dir: Path, newer: str, older: str) -> bool:
     return p.returncode == 0
 
 
-def merge_base_into(git_dir: Path, head: Revision, base_sha: str) -> Revision:
-    """The head's worktree as it would land on `base_sha`: unchanged when it contains the base, else merged with it
-    (MergeConflict when that does not merge cleanly)."""
-    if contains(git_dir, head.sha, base_sha):
-        return head
-    try:
-        _git("merge", "--no-ff", "--no-edit", "--quiet", "-m", f"tokengate: {head.sha[:12]} merged with {base_sha[:12]}",
-             base_sha, cwd=head.root, env=_MERGE_ENV)
-    except CheckoutError as exc:
-        try:
-            clash = _git("diff", "--name-only", "--diff-filter=U", cwd=head.root).split()
-        except CheckoutError:
-            clash = []
-        raise MergeConflict(f"head {head.sha[:12]} does not merge cleanly with base {base_sha[:12]}"
-                            + (f" (conflicts in {', '.join(clash[:8])})" if clash else f": {exc}")) from exc
-    head.merged_sha = _git("rev-parse", "HEAD", cwd=head.root)
-    return head
+def merged_commit(git_dir: Path, head_sha: str, base_sha: str) -> str | None:
+    """The commit that is `head_sha` merged with `base_sha`, made in the bare mirror as GitHub makes it (merge-ort
+    with no worktree: the PR's own .gitattributes choose no merge driver, and no checked-out file can block it);
+    None when the head contains the base already. MergeConflict when they do not merge cleanly (or have no history
+    in common); any other failure is the host's (CheckoutError)."""
+    if contains(git_dir, head_sha, base_sha):
+        return None
+    with locked(git_dir.with_suffix(".lock")):
+        p = subprocess.run(["git", "--git-dir", str(git_dir), "merge-tree", "--write-tree", "--name-only",
+                            head_sha, base_sha], capture_output=True, text=True, timeout=600,
+                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cache_dir())})
+        if p.returncode == 1:  # conflicts: the tree id, then the conflicted paths, then a blank line and messages
+            clash = p.stdout.split("\n\n", 1)[0].splitlines()[1:]
+            raise MergeConflict(f"head {head_sha[:12]} does not merge cleanly with base {base_sha[:12]}"
+                                + (f" (conflicts in {', '.join(clash[:8])})" if clash else ""))
+        if p.returncode != 0:
+            if "unrelated histories" in p.stderr:
+                raise MergeConflict(f"head {head_sha[:12]} and base {base_sha[:12]} have no history in common (unrelated histories)")
+            raise CheckoutError(f"git merge-tree failed: {p.stderr.strip()[-500:]}")
+        tree = p.stdout.split("\n", 1)[0].strip()
+        return _git("--git-dir", str(git_dir), "commit-tree", tree, "-p", head_sha, "-p", base_sha,
+                    "-m", f"tokengate: {head_sha[:12]} merged with {base_sha[:12]}", env=_MERGE_ENV)
 
 
 def remove_worktree(git_dir: Path, rev: Revision) -> None:
@@ -157,7 +162,9 @@ def checkout_pair(repo: str, base_ref: str, head_ref: str, workdir: Path,
         bsha = base_sha or resolve(git_dir, base_ref)
         hsha = head_sha or resolve(git_dir, head_ref)
         base = add_worktree(git_dir, bsha, workdir / "base", "base", base_ref)
-        head = merge_base_into(git_dir, add_worktree(git_dir, hsha, workdir / "head", "head", head_ref), bsha)
+        merged = merged_commit(git_dir, hsha, bsha)
+        head = add_worktree(git_dir, merged or hsha, workdir / "head", "head", head_ref)
+        head.sha, head.merged_sha = hsha, merged
     except subprocess.TimeoutExpired as exc:
         raise CheckoutError(f"git timed out: {exc}") from exc
     return git_dir, base, head

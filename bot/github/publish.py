@@ -52,8 +52,9 @@ def create_check(repo: GhRepository, *, name: str, head_sha: str, external_id: s
 
 
 def open_checks(repo: GhRepository, head_sha: str, name: str) -> list[tuple[int, str | None]]:
-    """(id, details_url) of the check runs named `name` on `head_sha` that are not completed."""
-    return [(run.id, run.details_url) for run in repo.get_commit(head_sha).get_check_runs(check_name=name)
+    """(id, details_url) of the check runs named `name` on `head_sha` that are not completed (every run: GitHub
+    lists only the newest of each name unless asked for all)."""
+    return [(run.id, run.details_url) for run in repo.get_commit(head_sha).get_check_runs(check_name=name, filter="all")
             if run.name == name and run.status != CheckStatus.COMPLETED.value]
 
 

@@ -41,7 +41,7 @@ def mirror(clone_url: str) -> Path:
 
 def first_parent(clone_url: str, sha: str) -> str | None:
     """`sha`'s first parent; None for a root commit. Raises GitError when the mirror cannot be fetched or does not
-    hold `sha`: the caller's delivery is retried, rather than the merge skipped as if it were the root."""
+    hold `sha`, rather than answering as if it were the root (the merge would be skipped)."""
     path = mirror(clone_url)
     _git("cat-file", "-e", f"{sha}^{{commit}}", cwd=path)
     try:

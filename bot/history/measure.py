@@ -115,7 +115,8 @@ def on_main_merged(session: Session, settings: Settings, celery: Celery, repo: R
                                                             MainMeasurement.kind == "merge",
                                                             MainMeasurement.sha == merge_sha))
     if existing is not None:
-        if existing.state == UNSENT:
+        existing = session.get(MainMeasurement, existing.id, with_for_update=True, populate_existing=True)
+        if existing.state == UNSENT:  # read under its lock: the beat may be sending it right now
             resend(session, settings, celery, existing)
         return existing
     try:

@@ -6,7 +6,7 @@ import logging
 from sqlalchemy import select
 
 from bot.db.engine import session_scope
-from bot.db.models import MainMeasurement, Repository
+from bot.db.models import ChangePoint, MainMeasurement, Repository
 from bot.history import job, measure
 from worker.queue.app import app
 
@@ -48,8 +48,7 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
 
 
 # Any failure is retried (GitHub down while a change point is posted, PostgreSQL restarting): the measurement itself
-# is committed before the scan (`_land`), and a retry of a merge's result scans again (known change points are
-# not posted twice).
+# is committed before the scan (`_land`), and a retry takes the step that failed again (`_landed_merge`).
 @app.task(name=measure.RESULT_TASK, autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def history_result(result: dict, measurement_id: int, task_id: str | None = None) -> str:
     """A main measurement lands only when a GPU worker's own key signed it for this task (as a PR's result
@@ -66,9 +65,20 @@ def history_result(result: dict, measurement_id: int, task_id: str | None = None
 
 
 def _landed_merge(session, measurement_id: int, why: str):
-    """A merge measurement already landed (this task retried after its scan failed): scan again; else `why`."""
+    """A measurement that landed but whose next step failed after (this task retried): the merge's scan again (known
+    change points are not posted twice), or the bisection's step again when it was not taken; else `why`. A step
+    taken either ends the bisection (named, unresolved) or queues its next measurement, so "still bisecting and
+    nothing queued for it since" is a step not taken."""
     m = session.get(MainMeasurement, measurement_id)
-    return m if m is not None and m.kind == "merge" and m.state == "done" else why
+    if m is None or m.state != "done":
+        return why
+    if m.kind == "merge":
+        return m
+    cp = session.get(ChangePoint, m.change_point_id, with_for_update=True) if m.change_point_id else None
+    later = session.scalar(select(MainMeasurement.id).where(MainMeasurement.change_point_id == m.change_point_id,
+                                                            MainMeasurement.id > m.id).limit(1))
+    taken = cp is None or cp.state != "bisecting" or later is not None
+    return why if taken else m
 
 
 @app.task(name=RESEND_TASK)

@@ -434,6 +434,7 @@ class FakeGitHub:
         git(repo.path, "commit", "-q", "-m", message)
         sha = self.sha(repo, pr.base_ref)
         pr.state, pr.merged, pr.merge_commit_sha = "closed", True, sha
+        pr.updated_at = iso(datetime.now(timezone.utc))  # GitHub's updated_at moves with the merge
         out = copy.deepcopy(EXAMPLES["pull-request-merge-result-response-if-merge-was-successful"])
         out.update(sha=sha, merged=True, message="Pull Request successfully merged")
         return 200, out
@@ -548,9 +549,12 @@ class FakeGitHub:
         repo = self._repo(o, r)
         sha = self.sha(repo, ref)
         name, status = (query.get("check_name") or [None])[0], (query.get("status") or [None])[0]
-        runs = [self._check_json(run) for run in self.check_runs.values()
-                if run["repo"] == repo.full_name and run["head_sha"] == sha
+        mine = [run for run in self.check_runs.values() if run["repo"] == repo.full_name and run["head_sha"] == sha
                 and name in (None, run["name"]) and status in (None, run["status"])]
+        if (query.get("filter") or ["latest"])[0] == "latest":  # GitHub's default: the newest run of each name
+            newest = {run["name"]: run for run in sorted(mine, key=lambda r: r["id"])}
+            mine = [run for run in mine if newest[run["name"]] is run]
+        runs = [self._check_json(run) for run in mine]
         for i, other in enumerate(repo.other_checks.get(sha, [])):
             runs.append(self._check_json({"id": 900_000 + i, "repo": repo.full_name, "head_sha": sha,
                                           "external_id": "", "details_url": None, "output": None,
