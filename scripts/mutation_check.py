@@ -247,6 +247,18 @@ MUTATIONS: tuple[Mutation, ...] = (
              "refused its withdrawal, is completed by the next dispatch",
              (("bot/service.py", "        self._withdraw_strays(session, repo, pr, ev)\n", ""),),
              ("tests/bot/test_faults.py::test_a_check_run_github_will_not_withdraw_is_completed_by_the_retrys_dispatch",)),
+    Mutation("merged-close-never-stale", "bot", "GitHub's `closed` webhook of a merge is handled even when older "
+             "than the stored row (main's history measures it)",
+             (("bot/handlers.py", "if pr.id in session.info.get(\"stale_pulls\", ()) and not merged:",
+               "if pr.id in session.info.get(\"stale_pulls\", ()):"),),
+             (RT + "test_the_closed_webhook_of_the_rounds_own_merge_measures_main[older than the stored row's]",)),
+    Mutation("bisection-step-retried", "bot", "a bisection step that failed after its measurement landed is taken "
+             "on the task's retry", (("bot/history/tasks.py", "    return why if taken else m", "    return why"),),
+             (H + "test_a_bisection_step_that_failed_after_its_measurement_landed_is_taken_on_retry",)),
+    Mutation("only-a-conflict-is-the-prs", "13.7", "a merge that fails for the host's reasons is INFRA, not the PR's",
+             (("worker/checkout.py", "            raise CheckoutError(f\"git merge-tree failed:",
+               "            raise MergeConflict(f\"git merge-tree failed:"),),
+             ("tests/worker/test_checkout.py::test_a_merge_the_host_cannot_make_is_infra_not_the_prs",)),
     Mutation("culprit-needs-evidence", "bot", "a commit is named culprit only on a paired measurement that shows the "
              "step", (("bot/history/job.py", "culprit, rel = between[0], evidence(session, cp, between[0], cp.good_sha)",
                        "culprit, rel = between[0], cp.rel_step"),),

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 from bot.db.engine import session_scope
-from bot.db.models import PullRequest, Round, utcnow
+from bot.db.models import MainMeasurement, PullRequest, Round, utcnow
 from bot.enums import EvalState, RoundState
 from tests.bot.conftest import comment_payload, pr_payload, wait_until
 from tests.bot.helpers import evaluations, finished, processed, two_measured_prs_and_a_due_round
@@ -300,3 +300,26 @@ def test_a_merge_is_counted_once_even_when_a_payload_reopens_its_row(settings, c
     settle()
     wins = [winner for _, winner in round_winners()]
     assert wins.count(pr_id(3)) == 1, f"#3's merge counted {wins.count(pr_id(3))}x:\n{plan2}"
+
+
+@pytest.mark.parametrize("payload_time", ["the merge's", "older than the stored row's"])
+def test_the_closed_webhook_of_the_rounds_own_merge_measures_main(settings, celery_worker, github, remote, send,
+                                                                   monkeypatch, tmp_path, payload_time):
+    """The round merges #3, then GitHub's `closed` webhook for that merge arrives. It is handled, not ignored as
+    older than what the round stored: main's history measures the merge commit. (The round had stored its own
+    clock, later than GitHub's merge time, and every round winner was left out of main's history.) A merge is
+    final, so even a `closed` payload older than the stored row (the row touched since) is handled."""
+    monkeypatch.setenv("TOKENGATE_CACHE_DIR", str(tmp_path / "cache"))
+    two_measured_prs_and_a_due_round(github, remote, send)
+    (plan,) = beat()
+    assert plan.splitlines()[-1].strip() == "winner: #3", plan
+    settle()
+    repo = github.repos[REPO]
+    if payload_time != "the merge's":
+        repo.pulls[3].updated_at = "2001-01-01T00:00:00Z"
+    d = send("pull_request", pr_payload(github, remote, "closed", number=3, head_ref="b")).json()["delivery"]
+    wait_until(lambda: processed(d), what="the merge's closed webhook")
+    assert "older than the stored" not in processed(d).outcome, processed(d).outcome
+    with session_scope() as s:
+        measured = [(m.kind, m.sha) for m in s.scalars(select(MainMeasurement))]
+    assert ("merge", repo.pulls[3].merge_commit_sha) in measured, (processed(d).outcome, measured)

@@ -76,3 +76,24 @@ def test_a_speedup_that_is_only_the_lack_of_mains_later_regression_is_not_measur
     # unmerged, the head ran the good runtime against main's 2x slower one: rel_change ~ +1.0
     assert abs(decode.rel_change) < 0.3, (decode.rel_change, r.summary)
     assert r.receipt["revisions"]["head"]["merged_with_base"], r.summary
+
+
+def test_a_merge_the_host_cannot_make_is_infra_not_the_prs(tmp_path, cache, monkeypatch):
+    """git failing for the host's reasons (a full disk, a broken object store) while merging: a CheckoutError,
+    which the pipeline makes INFRA (retried), never the PR's BUILD_FAILED."""
+    import subprocess
+
+    from worker.checkout import CheckoutError
+    repo = make_repo(tmp_path)
+    head = commit_file(repo, "pr", "pr.txt", "x\n")
+    base = commit_file(repo, "main", "main.txt", "y\n")
+    real = subprocess.run
+
+    def disk_full(args, *a, **k):
+        if "merge-tree" in args:
+            return subprocess.CompletedProcess(args, 128, "", "fatal: write error: No space left on device")
+        return real(args, *a, **k)
+    monkeypatch.setattr(subprocess, "run", disk_full)
+    with pytest.raises(CheckoutError) as got:
+        checkout_pair(str(repo), "main", "pr", tmp_path / "w", base, head)
+    assert not isinstance(got.value, MergeConflict) and "No space left" in str(got.value)

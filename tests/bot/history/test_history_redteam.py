@@ -403,3 +403,47 @@ def test_change_point_post_escapes_the_detail_and_carries_no_author_text(env, gi
                      detail="fatal: <img src=x onerror=1> @org/team [x](https://evil) <!-- hide -->")
     body = render("change_point.md.j2", cp=cp, repo=repo, pr=None, url=None)
     assert "<img" not in body and "<!--" not in body and "@org/team" not in body and "](https://evil)" not in body
+
+
+def test_a_bisection_step_that_failed_after_its_measurement_landed_is_taken_on_retry(env, github, remote,
+                                                                                     monkeypatch):
+    """A midpoint's measurement lands (stored before its step), then the step fails (PostgreSQL drops while the
+    next midpoint is queued). The task is retried: the step must be taken then, not the measurement answered
+    'done: ignored' with the change point left bisecting for ever and nothing queued."""
+    from sqlalchemy.exc import OperationalError
+
+    from bot.history import tasks
+    from bot.queue import app as queue_app
+    settings = env
+    values = [400, 401, 399, 400, 400.5, 399.5, 400, 401, 399, 400, 372, 371, 372.5]
+    shas = main_line(remote, 3 * len(values) + 1)  # merged every third commit: the bisection has midpoints
+    gh, celery = FakeGH(), FakeCelery()
+    monkeypatch.setattr(tasks, "_gh_repo", lambda _repo: gh)
+    monkeypatch.setattr(queue_app, "celery_app", lambda: celery)
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        for i, v in enumerate(values):
+            add_merge(session, repo, shas[3 * i], shas[3 * i + 3], v)
+        [cp] = job.scan(session, settings, celery, lambda _: gh, repo)
+        cp_id, full_name = cp.id, repo.full_name
+    jb = celery.sent.pop(0)  # the first midpoint
+    with session_scope() as session:
+        task_id = session.get(MainMeasurement, jb["history_id"]).celery_task_id
+    payload = result(type("R", (), {"full_name": full_name})(), jb["base_sha"], jb["head_sha"], 372.0,
+                     rel=-0.07).to_dict()
+    real, failed = job.advance, []
+
+    def advance_fails_once(*a, **k):
+        if not failed:
+            failed.append(True)
+            raise OperationalError("INSERT", {}, Exception("server closed the connection unexpectedly"))
+        return real(*a, **k)
+    monkeypatch.setattr(job, "advance", advance_fails_once)
+    with pytest.raises(OperationalError):
+        tasks._land(jb["history_id"], task_id, payload, None)
+    outcome = tasks._land(jb["history_id"], task_id, payload, None)  # the task's retry
+    with session_scope() as session:
+        cp = session.get(ChangePoint, cp_id)
+        state, bad = cp.state, cp.bad_sha
+    assert celery.sent or state != "bisecting", f"retry: {outcome!r}; change point {state}, nothing queued"
+    assert bad == jb["head_sha"]  # the midpoint showed the step: the range's bad end moved to it
