@@ -160,6 +160,12 @@ def close_round(session: Session, service: Service, repo: Repository, dry_run: b
                                    f"{base_now[:7]}: re-evaluating against it first"))
             requeue.append((pr, ev, base_now))
             continue
+        if method == "rebase" and gh.compare(ev.base_sha, ev.head_sha).behind_by:
+            # Measured merged with its base (worker/checkout.py); a rebase-merge replays the PR's commits one by one
+            # instead, which can land other code (a commit undone later in the PR undoes the base's change too).
+            plan.steps.append(Step(pr.number, RoundAction.SKIP, f"measured merged with {ev.base_ref} at "
+                                   f"{ev.base_sha[:7]}, which a rebase-merge would not land as measured: rebase it"))
+            continue
         green, why = publish.checks_green(gh, ev.head_sha, ignore_check=service.settings.check_name)
         if not green:
             plan.steps.append(Step(pr.number, RoundAction.SKIP, f"required checks not green: {why}"))

@@ -259,6 +259,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("worker/checkout.py", "            raise CheckoutError(f\"git merge-tree failed:",
                "            raise MergeConflict(f\"git merge-tree failed:"),),
              ("tests/worker/test_checkout.py::test_a_merge_the_host_cannot_make_is_infra_not_the_prs",)),
+    Mutation("no-rebase-merge-of-a-merged-measurement", "bot", "a head measured merged with its base is not "
+             "rebase-merged", (("bot/rounds.py", 'if method == "rebase" and gh.compare(ev.base_sha, ev.head_sha).behind_by:',
+                                 "if False:"),),
+             (RT + "test_a_head_measured_merged_with_its_base_is_not_rebase_merged",)),
     Mutation("culprit-needs-evidence", "bot", "a commit is named culprit only on a paired measurement that shows the "
              "step", (("bot/history/job.py", "culprit, rel = between[0], evidence(session, cp, between[0], cp.good_sha)",
                        "culprit, rel = between[0], cp.rel_step"),),

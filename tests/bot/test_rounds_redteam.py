@@ -323,3 +323,19 @@ def test_the_closed_webhook_of_the_rounds_own_merge_measures_main(settings, cele
     with session_scope() as s:
         measured = [(m.kind, m.sha) for m in s.scalars(select(MainMeasurement))]
     assert ("merge", repo.pulls[3].merge_commit_sha) in measured, (processed(d).outcome, measured)
+
+
+def test_a_head_measured_merged_with_its_base_is_not_rebase_merged(settings, celery_worker, github, remote, send):
+    """With merge_method = rebase, GitHub replays the PR's commits on main one by one: a head that lacks its base
+    was measured merged with it (worker/checkout.py), and the replay can land other code (a commit the PR undoes
+    later undoes main's change too). Such a head is not merged until it is rebased."""
+    from bot.settings import override_settings
+    override_settings(settings.model_copy(update={"merge_method": "rebase"}))
+    remote.commit("a", "fast (xl:45)")
+    remote.commit("main", "main moves on after #2 branched off")
+    send("pull_request", pr_payload(github, remote, "opened", number=2, head_ref="a"))
+    wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
+    due()
+    (plan,) = beat()
+    assert github.requests_for("pulls/merge") == [], plan
+    assert "a rebase-merge would not land as measured" in plan, plan
