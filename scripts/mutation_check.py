@@ -263,6 +263,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "rebase-merged", (("bot/rounds.py", 'if method == "rebase" and gh.compare(ev.base_sha, ev.head_sha).behind_by:',
                                  "if False:"),),
              (RT + "test_a_head_measured_merged_with_its_base_is_not_rebase_merged",)),
+    Mutation("dashboard-per-machine", "bot", "the dashboard plots one series per device model, as the detector scans",
+             (("bot/web/views.py", "        groups = by_machine(session, series(session, repo.id, m, g))",
+               "        groups = {\"all\": series(session, repo.id, m, g)}"),),
+             ("tests/bot/web/test_pages.py::test_history_plots_one_series_per_device_model",)),
     Mutation("culprit-needs-evidence", "bot", "a commit is named culprit only on a paired measurement that shows the "
              "step", (("bot/history/job.py", "culprit, rel = between[0], evidence(session, cp, between[0], cp.good_sha)",
                        "culprit, rel = between[0], cp.rel_step"),),

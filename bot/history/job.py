@@ -43,14 +43,14 @@ def machine_of(m: MainMeasurement) -> str:
     return f"{m.profile} on {device}"
 
 
-def by_machine(session: Session, points: list[HistoryPoint]) -> list[list[HistoryPoint]]:
-    """`points` split into one series per machine_of, each in the given order."""
+def by_machine(session: Session, points: list[HistoryPoint]) -> dict[str, list[HistoryPoint]]:
+    """`points` split into one series per machine_of (its key), each in the given order."""
     ids = {p.measurement_id for p in points}
     machine = {m.id: machine_of(m) for m in session.scalars(select(MainMeasurement).where(MainMeasurement.id.in_(ids)))}
     groups: dict[str, list[HistoryPoint]] = {}
     for p in points:
         groups.setdefault(machine[p.measurement_id], []).append(p)
-    return list(groups.values())
+    return groups
 
 
 def gates_of(session: Session, repo_id: int) -> list[tuple[str, str]]:
@@ -78,7 +78,7 @@ def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, 
         log.warning("%s: main's commit order not read (%s): measurements in queue order", repo.full_name, exc)
         line = None
     for model, gate, points in (mg + (group,) for mg in gates_of(session, repo.id)
-                                for group in by_machine(session, series(session, repo.id, *mg, line))):
+                                for group in by_machine(session, series(session, repo.id, *mg, line)).values()):
         known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
                                                                  ChangePoint.model == model,
                                                                  ChangePoint.gate == gate)))

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from bot.db.models import (ChangePoint, Evaluation, HistoryPoint, MainMeasurement, PullRequest, Receipt, Repository)
 from bot.enums import EvalState
-from bot.history.job import gates_of, series
+from bot.history.detect import FALSE_ALARM_RATE
+from bot.history.job import by_machine, gates_of, series
 from bot.queue.position import queue_info
 from bot.render import short
 from bot.web.svg import Point, line_plot
@@ -66,6 +67,8 @@ class GateHistory:
     points: list[HistoryPoint]
     change_points: list[ChangePoint]
     plot: Any = None
+    machine: str = ""  # job.machine_of: absolute tok/s of one profile on one device model are one series
+    anchor: str = ""  # the section's id: model-gate, then -2, -3 for a gate's further machines
 
 
 def history(session: Session, repo: Repository, model: str | None = None, gate: str | None = None) -> dict:
@@ -73,15 +76,19 @@ def history(session: Session, repo: Repository, model: str | None = None, gate: 
     for m, g in gates_of(session, repo.id):
         if (model and m != model) or (gate and g != gate):
             continue
-        pts = series(session, repo.id, m, g)
         cps = list(session.scalars(select(ChangePoint).where(ChangePoint.repository_id == repo.id,
                                                             ChangePoint.model == m, ChangePoint.gate == g)))
-        index = {p.sha: i for i, p in enumerate(pts)}
-        gh = GateHistory(m, g, pts, cps)
-        gh.plot = line_plot([Point(short(p.sha), p.tok_s, measurement_url(p.measurement_id),
-                                   f"{short(p.sha)}: {p.tok_s:,.1f} tok/s") for p in pts],
-                            y_label=f"{m} {g} tok/s", marks=[index[c.sha] for c in cps if c.sha in index])
-        gates.append(gh)
+        groups = by_machine(session, series(session, repo.id, m, g))
+        placed = {p.sha for pts in groups.values() for p in pts}
+        for i, (machine, pts) in enumerate(groups.items()):
+            index = {p.sha: i for i, p in enumerate(pts)}
+            # each change point beside the series it was found in (one whose commit is in none: the first)
+            mine = [c for c in cps if c.sha in index or (i == 0 and c.sha not in placed)]
+            gh = GateHistory(m, g, pts, mine, machine=machine, anchor=f"{m}-{g}" + (f"-{i + 1}" if i else ""))
+            gh.plot = line_plot([Point(short(p.sha), p.tok_s, measurement_url(p.measurement_id),
+                                       f"{short(p.sha)}: {p.tok_s:,.1f} tok/s") for p in pts],
+                                y_label=f"{m} {g} tok/s", marks=[index[c.sha] for c in mine if c.sha in index])
+            gates.append(gh)
     mems = list(session.scalars(select(MainMeasurement).where(
         MainMeasurement.repository_id == repo.id, MainMeasurement.kind == "merge", MainMeasurement.state == "done",
         MainMeasurement.peak_memory_bytes.is_not(None)).order_by(MainMeasurement.id)))
@@ -90,7 +97,7 @@ def history(session: Session, repo: Repository, model: str | None = None, gate: 
     memory_plot = line_plot([Point(short(m.sha), m.peak_memory_bytes / 2**20, measurement_url(m.id),
                                    f"{short(m.sha)}: {m.peak_memory_bytes / 2**20:,.1f} MiB ({m.memory_kind})")
                              for m in mems], y_label=label, css_class="plot memory")
-    return {"gates": gates, "memory_plot": memory_plot, "memory_points": len(mems)}
+    return {"gates": gates, "memory_plot": memory_plot, "memory_points": len(mems), "false_alarm_rate": FALSE_ALARM_RATE}
 
 
 @dataclass

@@ -157,3 +157,19 @@ def test_unknown_visibility_fails_closed(client, settings, filled):
     with session_scope() as session:
         session.query(Repository).one().installation_id = None
     assert client.get(f"/repos/{filled.repo_name}").status_code == 404
+
+
+def test_history_plots_one_series_per_device_model(client, filled):
+    """A gate measured on two device models is two series (absolute tok/s of different GPUs are not one history:
+    the change-point job scans them apart, bot/history/job.py by_machine), each named by its machine."""
+    from bot.web.views import repo_by_name
+    with session_scope() as session:
+        repo = repo_by_name(session, filled.repo_name)
+        for i in range(3):
+            r = result_for("none", repo=repo.full_name, pr=None, base_sha=f"{100 + i:040x}", head_sha=f"{101 + i:040x}")
+            r.receipt = {**(r.receipt or {}), "host": {"gpu": {"name": "NVIDIA H100 PCIe"}}}
+            fill.main(session, repo, r)
+    html = client.get(f"/repos/{filled.repo_name}/history").text
+    assert points_in(html, "qwen35-tiny-decode@512") == MAIN_POINTS + 1  # the first machine's series, as before
+    assert points_in(html, "qwen35-tiny-decode@512-2") == 3
+    assert "NVIDIA H100 PCIe" in html
