@@ -320,9 +320,12 @@ def test_the_closed_webhook_of_the_rounds_own_merge_measures_main(settings, cele
     d = send("pull_request", pr_payload(github, remote, "closed", number=3, head_ref="b")).json()["delivery"]
     wait_until(lambda: processed(d), what="the merge's closed webhook")
     assert "older than the stored" not in processed(d).outcome, processed(d).outcome
-    with session_scope() as s:
-        measured = [(m.kind, m.sha) for m in s.scalars(select(MainMeasurement))]
-    assert ("merge", repo.pulls[3].merge_commit_sha) in measured, (processed(d).outcome, measured)
+    def measured():  # and finished: a measurement still running after this test would outlive its settings
+        with session_scope() as s:
+            rows = list(s.scalars(select(MainMeasurement)))
+            return rows and all(m.state in ("done", "failed") for m in rows) and [(m.kind, m.sha) for m in rows]
+    rows = wait_until(measured, timeout=30, what="main's measurement of the merge")
+    assert ("merge", repo.pulls[3].merge_commit_sha) in rows, (processed(d).outcome, rows)
 
 
 def test_a_head_measured_merged_with_its_base_is_not_rebase_merged(settings, celery_worker, github, remote, send):
