@@ -27,19 +27,13 @@ sys.path.insert(0, str(ROOT))
 from bot.history import detect  # noqa: E402
 
 
-def first_alarm(values: list[float], min_rel_step: float) -> int | None:
-    """The number of merges at the job's first scan that finds a change, or None."""
-    return next((k for k in range(detect.MIN_POINTS, len(values) + 1) if detect.detect(values[:k], min_rel_step)),
-                None)
-
-
 def planted(histories: int, step: float, at: int, length: int, sigma: float, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     delays = []
     for _ in range(histories):
         x = 400.0 * np.exp(sigma * rng.standard_normal(length))
         x[at:] *= 1 + step
-        hit = first_alarm(list(x), 0.0)
+        hit = detect.first_alarm(list(x))
         if hit is not None:
             delays.append(hit - at)
     return {"step": step, "at_merge": at, "length": length, "sigma": sigma, "histories": histories,

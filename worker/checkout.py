@@ -39,10 +39,16 @@ _MERGE_ENV = {"GIT_AUTHOR_NAME": "tokengate", "GIT_AUTHOR_EMAIL": "tokengate@inv
               "GIT_AUTHOR_DATE": "1970-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00+0000"}
 
 
+def _run(*args: str, cwd: Path | None = None, timeout: float = 600,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """git with no prompt, our PATH and the cache dir as HOME (no user config); the caller reads the exit code."""
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin",
+                               "HOME": str(cache_dir()), **(env or {})})
+
+
 def _git(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/local/bin:/usr/bin:/bin",
-                            "HOME": str(cache_dir()), **(env or {})})
+    p = _run(*args, cwd=cwd, timeout=timeout, env=env)
     if p.returncode != 0:
         raise CheckoutError(f"git {' '.join(args[:3])} failed: {p.stderr.strip()[-500:]}")
     return p.stdout.strip()
@@ -113,8 +119,7 @@ def add_worktree(git_dir: Path, sha: str, dest: Path, role: str, ref: str) -> Re
 
 def contains(git_dir: Path, newer: str, older: str) -> bool:
     """Whether commit `newer` has `older` in its history (or is it)."""
-    p = subprocess.run(["git", "--git-dir", str(git_dir), "merge-base", "--is-ancestor", older, newer],
-                       capture_output=True, text=True, timeout=600, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    p = _run("--git-dir", str(git_dir), "merge-base", "--is-ancestor", older, newer)
     if p.returncode not in (0, 1):
         raise CheckoutError(f"git merge-base --is-ancestor failed: {p.stderr.strip()[-500:]}")
     return p.returncode == 0
@@ -128,9 +133,7 @@ def merged_commit(git_dir: Path, head_sha: str, base_sha: str) -> str | None:
     if contains(git_dir, head_sha, base_sha):
         return None
     with locked(git_dir.with_suffix(".lock")):
-        p = subprocess.run(["git", "--git-dir", str(git_dir), "merge-tree", "--write-tree", "--name-only",
-                            head_sha, base_sha], capture_output=True, text=True, timeout=600,
-                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(cache_dir())})
+        p = _run("--git-dir", str(git_dir), "merge-tree", "--write-tree", "--name-only", head_sha, base_sha)
         if p.returncode == 1:  # conflicts: the tree id, then the conflicted paths, then a blank line and messages
             clash = p.stdout.split("\n\n", 1)[0].splitlines()[1:]
             raise MergeConflict(f"head {head_sha[:12]} does not merge cleanly with base {base_sha[:12]}"

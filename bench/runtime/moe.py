@@ -86,12 +86,9 @@ def uniform_table(eng, name: str):
     """gemv_sweep's tile `name` for every dense GEMV launch of one decode step where it runs as named (router and
     shared expert included), the default table's tile elsewhere: the MoE's shapes were never swept."""
     from bench.profiling.gemv_sweep import applies, config, record_calls
-    from runtime.kernels.gemv import AutoTile, TileTable, tile_key
-    from runtime.kernels.gemv.tiles import default_config
+    from runtime.kernels.gemv import TileTable, tile_key
 
-    tile, base = config(name), default_config(eng.device)
-    entries = dict(base.entries) if isinstance(base, TileTable) else {}
-    fallback = base.fallback if isinstance(base, TileTable) else AutoTile()
+    tile, (entries, fallback) = config(name), default_tiles(eng)
     calls, _ = record_calls(eng)
     eng.reset()
     launches = {tile_key(ws, bool(kw.get("swiglu"))): (ws, bool(kw.get("swiglu"))) for _, ws, _, kw in calls}
@@ -100,17 +97,23 @@ def uniform_table(eng, name: str):
     return TileTable(tuple(sorted(entries.items())), fallback), tiled
 
 
+def default_tiles(eng) -> tuple[dict, object]:
+    """The engine's default GEMV table on its device: (entries by launch shape, fallback)."""
+    from runtime.kernels.gemv import AutoTile, TileTable
+    from runtime.kernels.gemv.tiles import default_config
+
+    base = default_config(eng.device)
+    return (dict(base.entries), base.fallback) if isinstance(base, TileTable) else ({}, AutoTile())
+
+
 def swept_table(eng, path: Path):
     """The tiles a gemv_sweep of this model measured (its JSON at `path`) over the default table: each swept launch
     shape takes its own fastest correct tile, the rest stay as they are."""
     import json
 
-    from runtime.kernels.gemv import AutoTile, TileTable
-    from runtime.kernels.gemv.tiles import default_config
+    from runtime.kernels.gemv import TileTable
 
-    base, swept = default_config(eng.device), TileTable.from_dict(json.loads(path.read_text())["table"])
-    entries = dict(base.entries) if isinstance(base, TileTable) else {}
-    fallback = base.fallback if isinstance(base, TileTable) else AutoTile()
+    (entries, fallback), swept = default_tiles(eng), TileTable.from_dict(json.loads(path.read_text())["table"])
     return TileTable(tuple(sorted((entries | dict(swept.entries)).items())), fallback), sorted(dict(swept.entries))
 
 

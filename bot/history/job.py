@@ -77,8 +77,9 @@ def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, 
     except commits.GitError as exc:
         log.warning("%s: main's commit order not read (%s): measurements in queue order", repo.full_name, exc)
         line = None
-    for model, gate, points in (mg + (group,) for mg in gates_of(session, repo.id)
-                                for group in by_machine(session, series(session, repo.id, *mg, line)).values()):
+    every_series = [(model, gate, points) for model, gate in gates_of(session, repo.id)
+                    for points in by_machine(session, series(session, repo.id, model, gate, line)).values()]
+    for model, gate, points in every_series:
         known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
                                                                  ChangePoint.model == model,
                                                                  ChangePoint.gate == gate)))

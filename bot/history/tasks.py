@@ -33,7 +33,7 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
             session.get(Repository, repo_id, with_for_update=True, populate_existing=True)
         m = measure.accept(session, measurement_id, task_id, result, failure)
         if isinstance(m, str):
-            m = _landed_merge(session, measurement_id, m)
+            m = _step_to_retake(session, measurement_id, m)
             if isinstance(m, str):
                 return m
         else:
@@ -48,7 +48,7 @@ def _land(measurement_id: int, task_id: str | None, result: dict | None, failure
 
 
 # Any failure is retried (GitHub down while a change point is posted, PostgreSQL restarting): the measurement itself
-# is committed before the scan (`_land`), and a retry takes the step that failed again (`_landed_merge`).
+# is committed before the scan (`_land`), and a retry takes the step that failed again (`_step_to_retake`).
 @app.task(name=measure.RESULT_TASK, autoretry_for=(Exception,), retry_backoff=True, max_retries=5)
 def history_result(result: dict, measurement_id: int, task_id: str | None = None) -> str:
     """A main measurement lands only when a GPU worker's own key signed it for this task (as a PR's result
@@ -64,7 +64,7 @@ def history_result(result: dict, measurement_id: int, task_id: str | None = None
     return _land(measurement_id, task_id, body, None)
 
 
-def _landed_merge(session, measurement_id: int, why: str):
+def _step_to_retake(session, measurement_id: int, why: str):
     """A measurement that landed but whose next step failed after (this task retried): the merge's scan again (known
     change points are not posted twice), or the bisection's step again when it was not taken; else `why`. A step
     taken either ends the bisection (named, unresolved) or queues its next measurement, so "still bisecting and
