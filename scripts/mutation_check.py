@@ -276,6 +276,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("bot/history/job.py", "        line = commits.first_parent_line(repo.clone_url, repo.default_branch) "
                "if repo.clone_url else None", "        line = None"),),
              (H + "test_out_of_order_webhooks_blame_the_right_commit_and_pr",)),
+    Mutation("dashboard-in-main-order", "bot", "the dashboard plots main's history in the order the detector scans "
+             "(first-parent positions the scan stored), not queue order",
+             (("bot/history/job.py", "query.order_by(MainMeasurement.main_position.is_(None), MainMeasurement.main_position,",
+               "query.order_by("),),
+             (H + "test_the_dashboard_plots_main_in_the_order_the_detector_scans",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

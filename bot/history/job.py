@@ -19,20 +19,28 @@ log = logging.getLogger(__name__)
 GhRepo = Callable[[Repository], object]  # repository row → PyGithub Repository (lazy)
 
 
-def series(session: Session, repo_id: int, model: str, gate: str,
-           line: dict[str, int] | None = None) -> list[HistoryPoint]:
-    """Main's measured points of one gate (bisection measurements are not history), in the order the commits stand
-    on main's first-parent `line` (sha → position; commits no longer on it left out), else in the order their
-    measurements were queued. Webhooks are handled out of order (a failed delivery retried): queue order alone put
-    a slowdown on a later, innocent commit."""
-    points = list(session.scalars(
-        select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
-        .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
-               MainMeasurement.kind == "merge", MainMeasurement.state == "done", HistoryPoint.tok_s.is_not(None))
-        .order_by(MainMeasurement.id)))
-    if line is None:
-        return points
-    return sorted((p for p in points if p.sha in line), key=lambda p: line[p.sha])
+def series(session: Session, repo_id: int, model: str, gate: str, on_main_only: bool = False) -> list[HistoryPoint]:
+    """Main's measured points of one gate (bisection measurements are not history), in the order their commits
+    stand on main's first-parent line as the last scan stored it (`main_position`); points it has not placed
+    follow in the order their measurements were queued, or are left out with `on_main_only` (a scan that has just
+    read the line: they are off main). Webhooks are handled out of order (a failed delivery retried): queue order
+    alone put a slowdown on a later, innocent commit."""
+    query = (select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
+             .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
+                    MainMeasurement.kind == "merge", MainMeasurement.state == "done",
+                    HistoryPoint.tok_s.is_not(None)))
+    if on_main_only:
+        query = query.where(MainMeasurement.main_position.is_not(None))
+    return list(session.scalars(query.order_by(MainMeasurement.main_position.is_(None), MainMeasurement.main_position,
+                                               MainMeasurement.id)))
+
+
+def place_on_main(session: Session, repo: Repository, line: dict[str, int]) -> None:
+    """Store each merge measurement's position on main's first-parent `line` (sha → position; None: off it)."""
+    for m in session.scalars(select(MainMeasurement).where(MainMeasurement.repository_id == repo.id,
+                                                           MainMeasurement.kind == "merge")):
+        m.main_position = line.get(m.sha)
+    session.flush()
 
 
 def machine_of(m: MainMeasurement) -> str:
@@ -75,10 +83,14 @@ def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, 
     try:
         line = commits.first_parent_line(repo.clone_url, repo.default_branch) if repo.clone_url else None
     except commits.GitError as exc:
-        log.warning("%s: main's commit order not read (%s): measurements in queue order", repo.full_name, exc)
+        log.warning("%s: main's commit order not read (%s): the last order read, new measurements in queue order",
+                    repo.full_name, exc)
         line = None
+    if line is not None:
+        place_on_main(session, repo, line)
     every_series = [(model, gate, points) for model, gate in gates_of(session, repo.id)
-                    for points in by_machine(session, series(session, repo.id, model, gate, line)).values()]
+                    for points in by_machine(session, series(session, repo.id, model, gate,
+                                                             on_main_only=line is not None)).values()]
     for model, gate, points in every_series:
         known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
                                                                  ChangePoint.model == model,

@@ -68,6 +68,7 @@ class GateHistory:
     change_points: list[ChangePoint]
     plot: Any = None
     machine: str = ""  # job.machine_of: absolute tok/s of one profile on one device model are one series
+    unplaced: int = 0  # points the change-point scan has not placed on main's commit line yet: plotted last
     anchor: str = ""  # the section's id: model-gate, then -2, -3 for a gate's further machines
 
 
@@ -84,7 +85,10 @@ def history(session: Session, repo: Repository, model: str | None = None, gate: 
             index = {p.sha: i for i, p in enumerate(pts)}
             # each change point beside the series it was found in (one whose commit is in none: the first)
             mine = [c for c in cps if c.sha in index or (i == 0 and c.sha not in placed)]
-            gh = GateHistory(m, g, pts, mine, machine=machine, anchor=f"{m}-{g}" + (f"-{i + 1}" if i else ""))
+            gh = GateHistory(m, g, pts, mine, machine=machine, anchor=f"{m}-{g}" + (f"-{i + 1}" if i else ""),
+                             unplaced=session.scalar(select(func.count()).where(
+                                 MainMeasurement.id.in_({p.measurement_id for p in pts}),
+                                 MainMeasurement.main_position.is_(None))))
             gh.plot = line_plot([Point(short(p.sha), p.tok_s, measurement_url(p.measurement_id),
                                        f"{short(p.sha)}: {p.tok_s:,.1f} tok/s") for p in pts],
                                 y_label=f"{m} {g} tok/s", marks=[index[c.sha] for c in mine if c.sha in index])

@@ -245,6 +245,33 @@ def test_out_of_order_webhooks_blame_the_right_commit_and_pr(env, github, remote
             f"at the new level; posted on PR(s) {posted_on}; the slowdown was PR 106")
 
 
+def test_the_dashboard_plots_main_in_the_order_the_detector_scans(env, github, remote):
+    """Merges whose webhooks were handled out of order (107, 108 before 106) are plotted where their commits stand
+    on main, as the change-point scan ordered them: in queue order the page drew the step one commit late, and its
+    change-point mark on a commit the detector never called first. A merge measured after the last scan (not yet
+    placed) is plotted last and the page says so."""
+    from bot.web import views
+    settings = env
+    shas = main_line(remote, 10)
+    order = [1, 2, 3, 5, 6, 4, 7, 8]
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        for k in order:
+            add_merge(session, repo, shas[k - 1], shas[k], 400.0 + k)
+        job.scan(session, settings, FakeCelery(), lambda _: FakeGH(), repo)
+        add_merge(session, repo, shas[8], shas[9], 409.0)  # landed; its scan has not run yet
+        [gh] = views.history(session, repo)["gates"]
+        plotted = [p.sha for p in gh.points]
+        assert plotted == shas[1:10], [shas.index(s) for s in plotted]
+        assert gh.unplaced == 1
+    from bot.web.pages import environment
+    with session_scope() as session:
+        repo = session.query(Repository).one()
+        html = environment().get_template("history.html.j2").render(repo=repo, model=None, gate=None,
+                                                                     **views.history(session, repo))
+    assert "1 of these 9 commits are not placed" in html
+
+
 # ---- 5. GitHub down when the change point is posted --------------------------------------------------------
 
 def test_github_down_while_posting_does_not_lose_the_measurement(env, github, remote, monkeypatch):
