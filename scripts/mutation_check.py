@@ -281,6 +281,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("bot/history/job.py", "query.order_by(MainMeasurement.main_position.is_(None), MainMeasurement.main_position,",
                "query.order_by("),),
              (H + "test_the_dashboard_plots_main_in_the_order_the_detector_scans",)),
+    Mutation("stale-change-point-post-refreshed", "bot", "a change-point post whose edit GitHub refused is edited "
+             "again by the beat", (("bot/history/job.py", "        cp.post_stale = True\n", ""),),
+             (H + "test_a_bisection_that_ended_while_github_was_down_is_posted_by_the_beat",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

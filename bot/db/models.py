@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text,
-                        UniqueConstraint, text)
+                        UniqueConstraint, false as sa_false, text)
 from sqlalchemy import Enum as SAEnum
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -288,6 +288,8 @@ class ChangePoint(Base):
     issue_number: Mapped[int | None] = mapped_column(Integer)
     comment_id: Mapped[int | None] = mapped_column(BigInteger)
     detail: Mapped[str | None] = mapped_column(Text)
+    # the post's last edit was refused (GitHub down): it shows an older state until a beat edits it again
+    post_stale: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
 
     repository: Mapped[Repository] = relationship()
 

@@ -138,11 +138,29 @@ def post(session: Session, settings: Settings, gh_repo: GhRepo, repo: Repository
 def update_post(session: Session, settings: Settings, gh_repo: GhRepo, repo: Repository, cp: ChangePoint) -> None:
     """The post edited as the bisection moves: best effort. Raised, GitHub's refusal rolled back the step's state
     (a measurement already taken, the next one not queued), and a retry of the result does not take the step
-    again; the next step's edit carries this one's state too."""
+    again. A refused edit marks the post stale: the next step's edit, or the beat (`refresh_stale_posts`) when the
+    bisection has ended, shows the state stored."""
     try:
         post(session, settings, gh_repo, repo, cp)
-    except Exception:  # noqa: BLE001 - logged; the state is stored and the next edit shows it
+    except Exception:  # noqa: BLE001 - logged; the state is stored and a later edit shows it
+        cp.post_stale = True
         log.warning("change point %s: its post not updated (%s)", cp.id, cp.state, exc_info=True)
+    else:
+        cp.post_stale = False
+
+
+def refresh_stale_posts(session: Session, settings: Settings, gh_repo: GhRepo) -> list[str]:
+    """Posts whose last edit GitHub refused, edited again (beat): a bisection that ended while GitHub was down
+    has no next step to carry its outcome."""
+    outcomes = []
+    for cp_id in list(session.scalars(select(ChangePoint.id).where(ChangePoint.post_stale.is_(True)))):
+        cp = session.get(ChangePoint, cp_id, with_for_update=True, populate_existing=True)
+        if cp is None or not cp.post_stale:
+            continue  # edited meanwhile
+        update_post(session, settings, gh_repo, cp.repository, cp)
+        session.commit()  # each post on its own: one GitHub refuses does not undo another's edit
+        outcomes.append(f"change point {cp_id}: post {'still stale' if cp.post_stale else 'updated'}")
+    return outcomes
 
 
 def advance(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, repo: Repository,

@@ -13,6 +13,7 @@ from worker.queue.app import app
 log = logging.getLogger(__name__)
 
 RESEND_TASK = "tokengate.resend_unsent_measurements"
+REFRESH_TASK = "tokengate.refresh_stale_change_point_posts"
 
 
 def _gh_repo(repo):
@@ -88,6 +89,14 @@ def resend_unsent_measurements() -> list[str]:
     from bot.settings import get_settings
     with session_scope() as session:
         return measure.resend_unsent(session, get_settings(), celery_app())
+
+
+@app.task(name=REFRESH_TASK)
+def refresh_stale_change_point_posts() -> list[str]:
+    """Change-point posts whose last edit GitHub refused, edited again (beat)."""
+    from bot.settings import get_settings
+    with session_scope() as session:
+        return job.refresh_stale_posts(session, get_settings(), _gh_repo)
 
 
 @app.task(name=measure.FAILURE_TASK)

@@ -227,8 +227,8 @@ def reap_lost_evaluations() -> list[str]:
 
 def schedule_periodic(celery) -> None:
     """The publish worker's beat: close due rounds, reap lost evaluations, drain the delivery outbox, send main
-    measurements that were never sent."""
-    from bot.history.tasks import RESEND_TASK
+    measurements that were never sent, edit change-point posts GitHub refused."""
+    from bot.history.tasks import REFRESH_TASK, RESEND_TASK
     celery.conf.beat_schedule = {
         "close-due-rounds": {"task": ROUNDS_TASK, "schedule": ROUNDS_CHECK_S, "options": {"queue": "publish"}},
         "reap-lost-evaluations": {"task": WATCHDOG_TASK, "schedule": get_settings().watchdog_interval_s,
@@ -237,4 +237,7 @@ def schedule_periodic(celery) -> None:
                          "options": {"queue": "publish", "expires": get_settings().outbox_interval_s}},
         "resend-unsent-measurements": {"task": RESEND_TASK, "schedule": get_settings().watchdog_interval_s,
                                        "options": {"queue": "publish", "expires": get_settings().watchdog_interval_s}},
+        "refresh-stale-change-point-posts": {"task": REFRESH_TASK, "schedule": get_settings().watchdog_interval_s,
+                                             "options": {"queue": "publish",
+                                                         "expires": get_settings().watchdog_interval_s}},
     }

@@ -41,10 +41,14 @@ class FakeIssue:
 
         class C:
             def edit(self, body):
+                if gh.down:
+                    raise gh.down
                 gh.posts.append(("edit", cid, body))
         return C()
 
     def edit(self, body=None, **_):
+        if self.gh.down:
+            raise self.gh.down
         self.gh.posts.append(("issue-edit", self.number, body))
 
 
@@ -310,6 +314,35 @@ def test_github_down_while_posting_does_not_lose_the_measurement(env, github, re
     assert state == "done" or retried, (
         f"after GitHub's 502 the measurement is {state!r} with {npoints} point(s); the task raised "
         f"{type(error).__name__} which history_result does not retry (autoretry_for=(ConnectionError,))")
+
+
+def test_a_bisection_that_ended_while_github_was_down_is_posted_by_the_beat(env, github, remote):
+    """GitHub refuses every edit while the bisection narrows and names its culprit. Nothing is lost (the state is
+    stored), but no further step will edit the post: the PR's comment would say "Bisecting" for ever. The beat
+    must edit it once GitHub answers again."""
+    from github import GithubException
+    settings = env
+    values = [400, 401, 399, 400, 400.5, 399.5, 400, 401, 399, 400, 372, 371, 372.5]
+    shas = main_line(remote, 3 * len(values) + 1)  # merged every third commit: the bisection has midpoints
+    culprit = shas[32]  # inside the merge (shas[30], shas[33]] whose measurement shows the step
+    gh, celery = FakeGH(), FakeCelery()
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        for i, v in enumerate(values):
+            add_merge(session, repo, shas[3 * i], shas[3 * i + 3], v, rel=-0.07 if i == 10 else 0.001)
+        [cp] = job.scan(session, settings, celery, lambda _: gh, repo)
+        assert [p[0] for p in gh.posts] == ["issue"]  # posted while GitHub was up
+        gh.down = GithubException(502, {"message": "Bad Gateway"}, None)
+        run_bisection(session, settings, celery, gh, repo,
+                      lambda good, head: -0.07 if shas.index(head) >= 32 > shas.index(good) else 0.001)
+        assert (cp.state, cp.culprit_sha) == ("named", culprit)
+        assert gh.posts[-1][0] == "issue" and "Bisecting" in gh.posts[-1][2]  # every edit was refused
+        gh.down = None
+        job.refresh_stale_posts(session, settings, lambda _: gh)
+        assert gh.posts[-1][0] == "issue-edit" and f"Culprit: `{culprit}`" in gh.posts[-1][2], gh.posts[-1]
+        edits = len(gh.posts)
+        job.refresh_stale_posts(session, settings, lambda _: gh)  # once: the post is current now
+        assert len(gh.posts) == edits
 
 
 # ---- 6. Redis down when a merge is queued -------------------------------------------------------------------
