@@ -284,6 +284,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("stale-change-point-post-refreshed", "bot", "a change-point post whose edit GitHub refused is edited "
              "again by the beat", (("bot/history/job.py", "        cp.post_stale = True\n", ""),),
              (H + "test_a_bisection_that_ended_while_github_was_down_is_posted_by_the_beat",)),
+    Mutation("handler-claim-renewed", "bot", "a live handler slower than its lease keeps its claim (no second "
+             "handler beside it)", (("bot/queue/lease.py", "        while not self._stop.wait(self.lease_s / 3):",
+                                     "        while False:"),),
+             ("tests/bot/test_faults.py::test_a_live_handler_slower_than_its_lease_keeps_its_claim",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

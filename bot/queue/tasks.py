@@ -18,6 +18,7 @@ from bot.db.engine import session_scope
 from bot.db.models import Delivery, aware, utcnow
 from bot.handlers import Handlers
 from bot.queue import outbox
+from bot.queue.lease import ClaimRenewal
 from bot.queue.outbox import DRAIN_TASK, HANDLE_TASK, HANDLING, claimed
 from bot.service import FAILURE_TASK, RESULT_TASK, NoInstallation, Service
 from bot.settings import get_settings
@@ -84,7 +85,8 @@ def _handle(delivery_id: str) -> str:
         claim = _claim(delivery, settings)
         session.info[outbox.HANDLING_DELIVERY] = delivery_id
         try:
-            with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")):
+            with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")), \
+                    ClaimRenewal(delivery_id, claim, settings.handler_lease_s):
                 outcome = Handlers(Service()).dispatch(session, event, payload)
         except NoInstallation as exc:
             outcome = f"not installed: {exc}"

@@ -196,6 +196,37 @@ def test_a_handler_that_died_after_its_dispatch_committed_is_handled_again_once_
     assert len(evaluations()) == 1
 
 
+def test_a_live_handler_slower_than_its_lease_keeps_its_claim(settings, celery_worker, github, remote, send,
+                                                               monkeypatch):
+    """A handler still running after `handler_lease_s` (GitHub answering slowly, retried) is alive: its claim is
+    renewed while it runs. Lapsed, the outbox handed the delivery to a second handler, which ran beside the first."""
+    import threading
+
+    from bot import handlers
+    from bot.queue.tasks import _handle
+    remote.commit("changes", "speed up (xl)")
+    d = stored_not_handled(send, monkeypatch, "pull_request", pr_payload(github, remote, "opened"))
+    monkeypatch.setattr(settings, "handler_lease_s", 0.9)
+    real, seen = handlers.Handlers.pull_request, {}
+
+    def slow(self, session, payload):
+        out = real(self, session, payload)  # its dispatch commits the claim with the evaluation
+        if seen:
+            return out  # the second handler, when the claim lapsed
+        seen["first"] = True
+        time.sleep(2.0)  # past the lease: GitHub slow
+        with session_scope() as s:
+            seen["drained"] = d in outbox.drain(s, settings)
+        other = threading.Thread(target=lambda: seen.update(second=_handle(d)), daemon=True)
+        other.start()
+        other.join(20)
+        return out
+    monkeypatch.setattr(handlers.Handlers, "pull_request", slow)
+    _handle(d)
+    assert "being handled by another task" in seen["second"] and not seen["drained"], seen
+    assert processed(d) and len(evaluations()) == 1
+
+
 def test_database_down_is_503(settings, github, remote):
     remote.commit("changes", "x")
     got = post_in_subprocess(settings, pr_payload(github, remote, "opened"), "pull_request", str(uuid.uuid4()),

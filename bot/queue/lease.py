@@ -1,0 +1,55 @@
+"""A delivery handler's claim, renewed while the handler runs.
+
+The claim (bot/queue/tasks.py `_claim`) lapses after `handler_lease_s` so that a handler that died is handled
+again. A live handler slower than that (GitHub answering slowly, its calls retried) must not lose it: the outbox
+would hand the delivery to a second handler while the first still runs. A heartbeat thread extends the claim
+while the handler lives; a killed process stops renewing, and its claim lapses as before.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from bot.db.engine import session_scope
+from bot.db.models import Delivery, utcnow
+
+log = logging.getLogger(__name__)
+
+
+def renew(delivery_id: str, claim: str, lease_s: float) -> bool:
+    """Extend `claim` on the delivery by `lease_s` from now, if the delivery still carries it (committed). A row the
+    handler itself has locked is skipped (its own transaction holds the claim; waiting could deadlock it)."""
+    with session_scope() as session:
+        d = session.scalar(select(Delivery).where(Delivery.id == delivery_id, Delivery.outcome == claim)
+                           .with_for_update(skip_locked=True))
+        if d is None:
+            return False
+        d.next_attempt_at = utcnow() + timedelta(seconds=lease_s)
+        return True
+
+
+class ClaimRenewal:
+    """`with ClaimRenewal(delivery_id, claim, lease_s):` renews the claim every third of the lease meanwhile."""
+
+    def __init__(self, delivery_id: str, claim: str, lease_s: float):
+        self.delivery_id, self.claim, self.lease_s = delivery_id, claim, lease_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"claim-{delivery_id[:12]}", daemon=True)
+
+    def __enter__(self) -> ClaimRenewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                renew(self.delivery_id, self.claim, self.lease_s)
+            except Exception:  # noqa: BLE001 - the database away: the next beat tries again, the claim may lapse
+                log.warning("delivery %s: claim not renewed", self.delivery_id, exc_info=True)
