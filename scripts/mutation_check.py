@@ -278,8 +278,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              (H + "test_out_of_order_webhooks_blame_the_right_commit_and_pr",)),
     Mutation("dashboard-in-main-order", "bot", "the dashboard plots main's history in the order the detector scans "
              "(first-parent positions the scan stored), not queue order",
-             (("bot/history/job.py", "query.order_by(MainMeasurement.main_position.is_(None), MainMeasurement.main_position,",
-               "query.order_by("),),
+             (("bot/history/job.py", "MAIN_ORDER = (MainMeasurement.main_position.is_(None), MainMeasurement.main_position, ",
+               "MAIN_ORDER = ("),),
              (H + "test_the_dashboard_plots_main_in_the_order_the_detector_scans",)),
     Mutation("stale-change-point-post-refreshed", "bot", "a change-point post whose edit GitHub refused is edited "
              "again by the beat", (("bot/history/job.py", "        cp.post_stale = True\n", ""),),

@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 GhRepo = Callable[[Repository], object]  # repository row → PyGithub Repository (lazy)
 
 
+# Main's measurements where their commits stand on its first-parent line (as the last scan placed them), then the
+# ones not placed yet in the order they were queued
+MAIN_ORDER = (MainMeasurement.main_position.is_(None), MainMeasurement.main_position, MainMeasurement.id)
+
+
 def series(session: Session, repo_id: int, model: str, gate: str, on_main_only: bool = False) -> list[HistoryPoint]:
     """Main's measured points of one gate (bisection measurements are not history), in the order their commits
     stand on main's first-parent line as the last scan stored it (`main_position`); points it has not placed
@@ -31,8 +36,7 @@ def series(session: Session, repo_id: int, model: str, gate: str, on_main_only: 
                     HistoryPoint.tok_s.is_not(None)))
     if on_main_only:
         query = query.where(MainMeasurement.main_position.is_not(None))
-    return list(session.scalars(query.order_by(MainMeasurement.main_position.is_(None), MainMeasurement.main_position,
-                                               MainMeasurement.id)))
+    return list(session.scalars(query.order_by(*MAIN_ORDER)))
 
 
 def place_on_main(session: Session, repo: Repository, line: dict[str, int]) -> None:

@@ -45,7 +45,9 @@ class ClaimRenewal:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        # Not waited for long: on SQLite a renewal waits for the handler's own open write, which commits only after
+        # this. A renewal that lands late finds the delivery's outcome no longer its claim and changes nothing.
+        self._thread.join(timeout=2)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.lease_s / 3):
