@@ -288,6 +288,18 @@ MUTATIONS: tuple[Mutation, ...] = (
              "handler beside it)", (("bot/queue/lease.py", "        while not self._stop.wait(self.lease_s / 3):",
                                      "        while False:"),),
              ("tests/bot/test_faults.py::test_a_live_handler_slower_than_its_lease_keeps_its_claim",)),
+    Mutation("renewal-checks-the-claim-as-it-writes", "bot", "a renewal in flight does not push back the retry "
+             "`_failed` scheduled (SQLite locks no row)",
+             (("bot/queue/lease.py", "update(Delivery).where(*carries)", "update(Delivery).where(carries[0])"),),
+             ("tests/bot/queue/test_lease.py::test_a_renewal_in_flight_does_not_push_back_the_retry_failed_scheduled",)),
+    Mutation("force-pushed-merges-off-the-history", "bot", "merges force-pushed off main leave the plotted history "
+             "as the detector scans it", (("bot/history/job.py", "        m.main_position = line.get(m.sha, OFF_MAIN)",
+                                           "        m.main_position = line.get(m.sha)"),),
+             (H + "test_a_force_pushed_main_is_plotted_as_the_detector_scans_it",)),
+    Mutation("stale-post-beat-skips-a-stepped-change-point", "bot", "the stale-post beat is not held up by a "
+             "bisection step in progress", (("bot/history/job.py", 'with_for_update={"skip_locked": True}, '
+                                            "populate_existing=True)", "with_for_update=True, populate_existing=True)"),),
+             (H + "test_the_stale_post_beat_is_not_held_up_by_a_bisection_step_in_progress",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

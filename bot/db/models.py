@@ -241,7 +241,7 @@ class MainMeasurement(Base):
     memory_kind: Mapped[str | None] = mapped_column(String(16))  # "gpu" (NVML) | "rss" (CPU evaluations)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # EvalResult.to_dict() as received
     # where the commit stands on the default branch's first-parent line, oldest 0, as the last change-point scan
-    # read it (None: not read since it landed, or no longer on main): the order pages plot main's history in
+    # read it (None: not read since it landed; job.OFF_MAIN: no longer on main): main's history in that order
     main_position: Mapped[int | None] = mapped_column(Integer)
 
     repository: Mapped[Repository] = relationship()

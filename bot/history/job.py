@@ -6,7 +6,7 @@ import logging
 from typing import Callable
 
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from bot.db.models import ChangePoint, HistoryPoint, MainMeasurement, Repository
@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 GhRepo = Callable[[Repository], object]  # repository row → PyGithub Repository (lazy)
 
 
+# main_position of a merge whose commit the last scan did not find on main's first-parent line (force-pushed away):
+# left out of main's history, where None (landed since the last scan, not placed yet) is plotted last
+OFF_MAIN = -1
+NOT_OFF_MAIN = or_(MainMeasurement.main_position.is_(None), MainMeasurement.main_position != OFF_MAIN)
 # Main's measurements where their commits stand on its first-parent line (as the last scan placed them), then the
 # ones not placed yet in the order they were queued
 MAIN_ORDER = (MainMeasurement.main_position.is_(None), MainMeasurement.main_position, MainMeasurement.id)
@@ -33,17 +37,17 @@ def series(session: Session, repo_id: int, model: str, gate: str, on_main_only: 
     query = (select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
              .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
                     MainMeasurement.kind == "merge", MainMeasurement.state == "done",
-                    HistoryPoint.tok_s.is_not(None)))
+                    HistoryPoint.tok_s.is_not(None), NOT_OFF_MAIN))
     if on_main_only:
         query = query.where(MainMeasurement.main_position.is_not(None))
     return list(session.scalars(query.order_by(*MAIN_ORDER)))
 
 
 def place_on_main(session: Session, repo: Repository, line: dict[str, int]) -> None:
-    """Store each merge measurement's position on main's first-parent `line` (sha → position; None: off it)."""
+    """Store each merge measurement's position on main's first-parent `line` (sha → position; OFF_MAIN: off it)."""
     for m in session.scalars(select(MainMeasurement).where(MainMeasurement.repository_id == repo.id,
                                                            MainMeasurement.kind == "merge")):
-        m.main_position = line.get(m.sha)
+        m.main_position = line.get(m.sha, OFF_MAIN)
     session.flush()
 
 
@@ -158,9 +162,11 @@ def refresh_stale_posts(session: Session, settings: Settings, gh_repo: GhRepo) -
     has no next step to carry its outcome."""
     outcomes = []
     for cp_id in list(session.scalars(select(ChangePoint.id).where(ChangePoint.post_stale.is_(True)))):
-        cp = session.get(ChangePoint, cp_id, with_for_update=True, populate_existing=True)
+        # A change point locked by its bisection step (minutes: a mirror fetch, GitHub's retries) is skipped: that
+        # step edits the post, or the next beat does. Waited for, every beat held a publish thread behind it.
+        cp = session.get(ChangePoint, cp_id, with_for_update={"skip_locked": True}, populate_existing=True)
         if cp is None or not cp.post_stale:
-            continue  # edited meanwhile
+            continue  # edited meanwhile, or being stepped
         update_post(session, settings, gh_repo, cp.repository, cp)
         session.commit()  # each post on its own: one GitHub refuses does not undo another's edit
         outcomes.append(f"change point {cp_id}: post {'still stale' if cp.post_stale else 'updated'}")

@@ -11,7 +11,7 @@ import logging
 import threading
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from bot.db.engine import session_scope
 from bot.db.models import Delivery, utcnow
@@ -21,14 +21,16 @@ log = logging.getLogger(__name__)
 
 def renew(delivery_id: str, claim: str, lease_s: float) -> bool:
     """Extend `claim` on the delivery by `lease_s` from now, if the delivery still carries it (committed). A row the
-    handler itself has locked is skipped (its own transaction holds the claim; waiting could deadlock it)."""
+    handler itself has locked is skipped (its own transaction holds the claim; waiting could deadlock it). The write
+    checks the claim again itself: SQLite locks no row, and `_failed` (or the handler's end) may commit between the
+    read and the write, whose new lease pushed back the retry `_failed` had scheduled."""
+    carries = (Delivery.id == delivery_id, Delivery.outcome == claim)
     with session_scope() as session:
-        d = session.scalar(select(Delivery).where(Delivery.id == delivery_id, Delivery.outcome == claim)
-                           .with_for_update(skip_locked=True))
-        if d is None:
+        if session.scalar(select(Delivery.id).where(*carries).with_for_update(skip_locked=True)) is None:
             return False
-        d.next_attempt_at = utcnow() + timedelta(seconds=lease_s)
-        return True
+        until = utcnow() + timedelta(seconds=lease_s)
+        return session.execute(update(Delivery).where(*carries).values(next_attempt_at=until)
+                               .execution_options(synchronize_session=False)).rowcount == 1
 
 
 class ClaimRenewal:

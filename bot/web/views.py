@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from bot.db.models import (ChangePoint, Evaluation, HistoryPoint, MainMeasurement, PullRequest, Receipt, Repository)
 from bot.enums import EvalState
 from bot.history.detect import FALSE_ALARM_RATE
-from bot.history.job import MAIN_ORDER, by_machine, gates_of, series
+from bot.history.job import MAIN_ORDER, NOT_OFF_MAIN, by_machine, gates_of, series
 from bot.queue.position import queue_info
 from bot.render import short
 from bot.web.svg import Point, line_plot
@@ -95,7 +95,7 @@ def history(session: Session, repo: Repository, model: str | None = None, gate: 
             gates.append(gh)
     mems = list(session.scalars(select(MainMeasurement).where(
         MainMeasurement.repository_id == repo.id, MainMeasurement.kind == "merge", MainMeasurement.state == "done",
-        MainMeasurement.peak_memory_bytes.is_not(None)).order_by(*MAIN_ORDER)))
+        MainMeasurement.peak_memory_bytes.is_not(None), NOT_OFF_MAIN).order_by(*MAIN_ORDER)))
     kinds = {m.memory_kind for m in mems}
     label = "peak GPU memory (MiB)" if kinds == {"gpu"} else "peak memory (MiB; RSS on CPU evaluations)"
     memory_plot = line_plot([Point(short(m.sha), m.peak_memory_bytes / 2**20, measurement_url(m.id),

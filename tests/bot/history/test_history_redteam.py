@@ -507,3 +507,63 @@ def test_a_bisection_step_that_failed_after_its_measurement_landed_is_taken_on_r
         state, bad = cp.state, cp.bad_sha
     assert celery.sent or state != "bisecting", f"retry: {outcome!r}; change point {state}, nothing queued"
     assert bad == jb["head_sha"]  # the midpoint showed the step: the range's bad end moved to it
+
+
+# ---- red team: main force-pushed (its first-parent line rewritten) ----------------------------------------------
+
+def test_a_force_pushed_main_is_plotted_as_the_detector_scans_it(env, github, remote):
+    """Main is force-pushed: its last two merges are rewritten away (new commits in their place). The next scan
+    reads the new line and leaves the old merges out (off main); the dashboard must plot the same series, not
+    the force-pushed-away merges appended as the newest points and counted 'not placed yet'."""
+    from bot.web import views
+    settings = env
+    shas = main_line(remote, 8)
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        for k in range(1, 8):
+            add_merge(session, repo, shas[k - 1], shas[k], 400.0 + k)
+        job.scan(session, settings, FakeCelery(), lambda _: FakeGH(), repo)
+        remote.git("reset", "-q", "--hard", shas[5])  # force-push: shas[6], shas[7] are off main
+        new = main_line(remote, 2)
+        for base, head in ((shas[5], new[0]), (new[0], new[1])):
+            add_merge(session, repo, base, head, 390.0)
+        job.scan(session, settings, FakeCelery(), lambda _: FakeGH(), repo)
+        scanned = [p.sha for p in job.series(session, repo.id, MODEL, GATE, on_main_only=True)]
+        [gh] = views.history(session, repo)["gates"]
+        assert scanned == shas[1:6] + new
+        assert ([p.sha for p in gh.points], gh.unplaced) == (scanned, 0), (
+            [shas.index(p.sha) if p.sha in shas else f"new{new.index(p.sha)}" for p in gh.points], gh.unplaced)
+
+
+def test_the_stale_post_beat_is_not_held_up_by_a_bisection_step_in_progress(env, github, remote):
+    """Two posts are stale; a bisection step of the first holds its change point (locked for update while it
+    fetches the mirror and edits the post: seconds to minutes). The beat (every watchdog_interval_s, 5 s, on the
+    publish worker's 4 threads) must edit the other post and return, not wait for that step: each beat that waits
+    holds a publish thread, and a few of them stall every webhook and result behind them."""
+    import threading
+    settings = env
+    shas = main_line(remote, 3)
+    gh = FakeGH()
+    with session_scope() as session:
+        repo = fill.repository(session, github, remote)
+        cps = [ChangePoint(repository_id=repo.id, model=MODEL, gate=GATE, sha=shas[i], previous_sha=shas[i - 1],
+                           rel_step=-0.07, false_alarm_rate=0.01, state="named", good_sha=shas[i - 1],
+                           bad_sha=shas[i], culprit_sha=shas[i], issue_number=9000 + i, post_stale=True)
+               for i in (1, 2)]
+        session.add_all(cps)
+        session.flush()
+        ids = [cp.id for cp in cps]
+    with session_scope() as step:  # the bisection step of the first change point, in progress
+        step.get(ChangePoint, ids[0], with_for_update=True)
+        done = {}
+
+        def beat():
+            with session_scope() as session:
+                done["outcomes"] = job.refresh_stale_posts(session, settings, lambda _: gh)
+        t = threading.Thread(target=beat, daemon=True)
+        t.start()
+        t.join(5)
+        edited = [p[1] for p in gh.posts if p[0] == "issue-edit"]
+        assert not t.is_alive() and edited == [9002], (
+            f"the beat still waits on the change point a bisection step holds: {t.is_alive()}; edited {edited}")
+    t.join(10)
