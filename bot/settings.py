@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # A running handler's claim on its delivery: no other handle task takes it meanwhile; a handler that died
     # mid-way (after a commit stored its claim) is handled again once the claim has lapsed.
     handler_lease_s: float = Field(600.0, gt=0)
+    # A live handler's claim is renewed (bot/queue/lease.py) for at most this long: one hung for good (a call with no
+    # timeout) lets its delivery go to another handler then, rather than hold it for ever.
+    handler_max_s: float = Field(1800.0, gt=0)
     # A delivery's retry that finds its own attempt nowhere in the broker sends it again only once it was stored
     # as sent this long ago: before that, its first handler may still be publishing it (the retry waits instead).
     send_in_flight_s: float = Field(30.0, ge=0)

@@ -300,6 +300,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "bisection step in progress", (("bot/history/job.py", 'with_for_update={"skip_locked": True}, '
                                             "populate_existing=True)", "with_for_update=True, populate_existing=True)"),),
              (H + "test_the_stale_post_beat_is_not_held_up_by_a_bisection_step_in_progress",)),
+    Mutation("hung-handler-let-go", "bot", "a handler running past handler_max_s lets its claim lapse (a hung one "
+             "does not hold its delivery for ever)", (("bot/queue/lease.py", "            if time.monotonic() > until:",
+                                                       "            if False:"),),
+             ("tests/bot/queue/test_lease.py::test_a_live_handler_is_renewed_and_a_hung_one_let_go",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

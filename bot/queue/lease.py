@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from sqlalchemy import select, update
@@ -34,10 +35,11 @@ def renew(delivery_id: str, claim: str, lease_s: float) -> bool:
 
 
 class ClaimRenewal:
-    """`with ClaimRenewal(delivery_id, claim, lease_s):` renews the claim every third of the lease meanwhile."""
+    """`with ClaimRenewal(delivery_id, claim, lease_s, max_s):` renews the claim every third of the lease meanwhile,
+    for `max_s` at most: past that the handler is taken for hung, and its claim lapses a lease later."""
 
-    def __init__(self, delivery_id: str, claim: str, lease_s: float):
-        self.delivery_id, self.claim, self.lease_s = delivery_id, claim, lease_s
+    def __init__(self, delivery_id: str, claim: str, lease_s: float, max_s: float):
+        self.delivery_id, self.claim, self.lease_s, self.max_s = delivery_id, claim, lease_s, max_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"claim-{delivery_id[:12]}", daemon=True)
 
@@ -52,7 +54,12 @@ class ClaimRenewal:
         self._thread.join(timeout=2)
 
     def _beat(self) -> None:
+        until = time.monotonic() + self.max_s
         while not self._stop.wait(self.lease_s / 3):
+            if time.monotonic() > until:
+                log.warning("delivery %s: handler still running after %.0f s: its claim is left to lapse",
+                            self.delivery_id, self.max_s)
+                return
             try:
                 renew(self.delivery_id, self.claim, self.lease_s)
             except Exception:  # noqa: BLE001 - the database away: the next beat tries again, the claim may lapse

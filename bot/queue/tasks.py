@@ -86,7 +86,7 @@ def _handle(delivery_id: str) -> str:
         session.info[outbox.HANDLING_DELIVERY] = delivery_id
         try:
             with bound_contextvars(event=event, repo=repo.get("full_name"), pr=pull.get("number")), \
-                    ClaimRenewal(delivery_id, claim, settings.handler_lease_s):
+                    ClaimRenewal(delivery_id, claim, settings.handler_lease_s, settings.handler_max_s):
                 outcome = Handlers(Service()).dispatch(session, event, payload)
         except NoInstallation as exc:
             outcome = f"not installed: {exc}"

@@ -10,6 +10,7 @@ import pytest
 
 from bot.db.engine import session_scope
 from bot.db.models import Delivery, aware, utcnow
+from bot.queue.outbox import HANDLING
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -78,3 +79,26 @@ def test_a_renewal_in_flight_does_not_push_back_the_retry_failed_scheduled(db_se
         waits = (aware(d.next_attempt_at) - took_back[0]).total_seconds()
     assert waits < db_settings.handler_lease_s - 1, (
         f"retry due {waits:.1f} s after `_failed`: the renewal's lease, not the backoff")
+
+
+def test_a_live_handler_is_renewed_and_a_hung_one_let_go(db_settings):
+    """While its handler runs, the claim outlives its lease; a handler still running after `max_s` is taken for
+    hung (a call with no timeout): its claim then lapses, and the outbox may hand the delivery out again, rather
+    than the delivery being held for ever."""
+    import time
+
+    from bot.queue.lease import ClaimRenewal
+    from bot.queue.outbox import claimed
+    did, claim = uuid.uuid4().hex, f"{HANDLING} (claim test)"
+    with session_scope() as s:
+        s.add(Delivery(id=did, event="ping", body=b'{"zen": "x"}', received_at=utcnow(), outcome=claim,
+                       next_attempt_at=utcnow() + timedelta(seconds=0.6)))
+
+    def holds() -> bool:
+        with session_scope() as s:
+            return claimed(s.get(Delivery, did), utcnow())
+    with ClaimRenewal(did, claim, lease_s=0.6, max_s=1.2):
+        time.sleep(1.0)
+        assert holds(), "a live handler's claim lapsed at its lease"
+        time.sleep(2.0)
+        assert not holds(), "a handler running past max_s still holds its delivery"
