@@ -28,19 +28,17 @@ NOT_OFF_MAIN = or_(MainMeasurement.main_position.is_(None), MainMeasurement.main
 MAIN_ORDER = (MainMeasurement.main_position.is_(None), MainMeasurement.main_position, MainMeasurement.id)
 
 
-def series(session: Session, repo_id: int, model: str, gate: str, on_main_only: bool = False) -> list[HistoryPoint]:
+def series(session: Session, repo_id: int, model: str, gate: str) -> list[HistoryPoint]:
     """Main's measured points of one gate (bisection measurements are not history), in the order their commits
-    stand on main's first-parent line as the last scan stored it (`main_position`); points it has not placed
-    follow in the order their measurements were queued, or are left out with `on_main_only` (a scan that has just
-    read the line: they are off main). Webhooks are handled out of order (a failed delivery retried): queue order
-    alone put a slowdown on a later, innocent commit."""
-    query = (select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
-             .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
-                    MainMeasurement.kind == "merge", MainMeasurement.state == "done",
-                    HistoryPoint.tok_s.is_not(None), NOT_OFF_MAIN))
-    if on_main_only:
-        query = query.where(MainMeasurement.main_position.is_not(None))
-    return list(session.scalars(query.order_by(*MAIN_ORDER)))
+    stand on main's first-parent line as the last scan placed them (`place_on_main`; merges force-pushed off it left
+    out); points not placed yet follow in the order their measurements were queued. Webhooks are handled out of
+    order (a failed delivery retried): queue order alone put a slowdown on a later, innocent commit."""
+    return list(session.scalars(
+        select(HistoryPoint).join(MainMeasurement, HistoryPoint.measurement_id == MainMeasurement.id)
+        .where(HistoryPoint.repository_id == repo_id, HistoryPoint.model == model, HistoryPoint.gate == gate,
+               MainMeasurement.kind == "merge", MainMeasurement.state == "done", HistoryPoint.tok_s.is_not(None),
+               NOT_OFF_MAIN)
+        .order_by(*MAIN_ORDER)))
 
 
 def place_on_main(session: Session, repo: Repository, line: dict[str, int]) -> None:
@@ -97,8 +95,7 @@ def scan(session: Session, settings: Settings, celery: Celery, gh_repo: GhRepo, 
     if line is not None:
         place_on_main(session, repo, line)
     every_series = [(model, gate, points) for model, gate in gates_of(session, repo.id)
-                    for points in by_machine(session, series(session, repo.id, model, gate,
-                                                             on_main_only=line is not None)).values()]
+                    for points in by_machine(session, series(session, repo.id, model, gate)).values()]
     for model, gate, points in every_series:
         known = set(session.scalars(select(ChangePoint.sha).where(ChangePoint.repository_id == repo.id,
                                                                  ChangePoint.model == model,

@@ -528,7 +528,7 @@ def test_a_force_pushed_main_is_plotted_as_the_detector_scans_it(env, github, re
         for base, head in ((shas[5], new[0]), (new[0], new[1])):
             add_merge(session, repo, base, head, 390.0)
         job.scan(session, settings, FakeCelery(), lambda _: FakeGH(), repo)
-        scanned = [p.sha for p in job.series(session, repo.id, MODEL, GATE, on_main_only=True)]
+        scanned = [p.sha for p in job.series(session, repo.id, MODEL, GATE)]
         [gh] = views.history(session, repo)["gates"]
         assert scanned == shas[1:6] + new
         assert ([p.sha for p in gh.points], gh.unplaced) == (scanned, 0), (
