@@ -304,6 +304,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "does not hold its delivery for ever)", (("bot/queue/lease.py", "            if time.monotonic() > until:",
                                                        "            if False:"),),
              ("tests/bot/queue/test_lease.py::test_a_live_handler_is_renewed_and_a_hung_one_let_go",)),
+    Mutation("demo-on-a-host-without-the-sandbox", "CI", "the quick start's demo shows its REJECT on a machine "
+             "without bubblewrap (its own branch, said plainly), and never overrides where the sandbox works",
+             (("worker/cli.py", "    if iso.full:\n        return settings\n", "    return settings\n"),),
+             ("tests/worker/test_demo.py::test_the_demo_runs_its_own_branch_on_a_host_without_the_full_sandbox_and_says_so",)),
     Mutation("history-per-machine", "bot", "absolute tok/s of different GPU models are not one series",
              (("bot/history/job.py", "machine = {m.id: machine_of(m) for m", "machine = {m.id: \"one\" for m"),),
              (H + "test_a_gpu_pool_change_is_not_a_regression_on_main",)),

@@ -204,11 +204,26 @@ def demo_command(args, *, console=None) -> int:
                       "twice (a real 2x decode slowdown, outputs unchanged)")
         job = Job(repo=str(repo), base_ref=base, head_ref=head, profile=args.profile, models=_models(args),
                   device=args.device)
-        result = run_eval(job, _settings(args), args.out or Path.cwd() / "tokengate-demo", console)
+        result = run_eval(job, _demo_settings(args, console), args.out or Path.cwd() / "tokengate-demo", console)
     ok, why = demo_outcome(result)
     if not ok:
         console.print(f"[bold red]demo failed:[/] {why}")
     return 0 if ok else DEMO_FAILED
+
+
+def _demo_settings(args, console) -> EvalSettings:
+    """The demo's settings. Its two revisions are this package's own throwaway branch, not a PR's code: on a host
+    without the full sandbox (a fresh machine often lacks bubblewrap) it runs them under the layers that work and
+    says so, where a PR's evaluation is INFRA `sandbox_unavailable` (the override is never on for those)."""
+    from worker.sandbox import detect_isolation
+    settings, iso = _settings(args), detect_isolation()
+    if iso.full:
+        return settings
+    console.print(f"[yellow]this host lacks the full sandbox[/] ({iso.reason}): the demo runs its own throwaway "
+                  "branch under the layers that work (DEVELOPMENT OVERRIDE). A pull request's code never runs like "
+                  "this: every evaluation here would be INFRA sandbox_unavailable until the full sandbox works "
+                  "(README, Security).")
+    return settings.model_copy(update={"sandbox_dev_override": True})
 
 
 def demo_outcome(result: EvalResult) -> tuple[bool, str]:

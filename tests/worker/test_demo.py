@@ -42,3 +42,27 @@ def test_demo_succeeds_only_when_the_planted_decode_slowdown_is_rejected():
                 _result(Verdict.INFRA), _result(Verdict.L)):
         ok, why = demo_outcome(bad)
         assert not ok and why
+
+
+def test_the_demo_runs_its_own_branch_on_a_host_without_the_full_sandbox_and_says_so(monkeypatch):
+    """A fresh machine often lacks bubblewrap: the quick start's demo must still show its REJECT. Its revisions are
+    this package's own throwaway branch, so it runs them under the layers that work, printing why; where the full
+    sandbox works it never takes the override (a PR's evaluation never does: INFRA sandbox_unavailable)."""
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from worker import cli, sandbox
+    from worker.sandbox.probe import Isolation
+    args = argparse.Namespace(profile="quick", retries=None)
+    out = io.StringIO()
+    monkeypatch.setattr(sandbox, "detect_isolation",
+                        lambda: Isolation("degraded: cgroup", False, reason="bubblewrap is not installed"))
+    assert cli._demo_settings(args, Console(file=out, width=200)).sandbox_dev_override
+    assert "lacks the full sandbox (bubblewrap is not installed)" in out.getvalue()
+    assert not cli._settings(args).sandbox_dev_override  # `tokengate eval` of a PR: never
+    monkeypatch.setattr(sandbox, "detect_isolation", lambda: Isolation("bwrap+seccomp+cgroup", True, full=True))
+    out = io.StringIO()
+    assert not cli._demo_settings(args, Console(file=out, width=200)).sandbox_dev_override
+    assert out.getvalue() == ""
