@@ -480,6 +480,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("floor-is-the-measured-spread", "13.3", "the floor follows the A/A spread, not a 2 % minimum",
              (("worker/config.py", "    noise_floor_min: float = 0.001", "    noise_floor_min: float = 0.02"),),
              ("tests/worker/gates/test_noise.py::test_floor_is_the_measured_spread_not_a_fixed_minimum",)),
+    Mutation("sandbox-tests-fail-where-required", "CI", "a `sandbox` test fails, not skips, under "
+             "TOKENGATE_REQUIRE_SANDBOX=1 (.ci/run) on a host without the sandbox",
+             (("tests/conftest.py", '        if os.environ.get("TOKENGATE_REQUIRE_SANDBOX") == "1":',
+               "        if False:"),),
+             ("tests/test_timed_alone.py::test_a_sandbox_test_skips_where_the_sandbox_is_missing_and_fails_where_it_is_required",)),
+    Mutation("sandboxed-revisions-need-the-marker", "CI", "a test that starts revision processes in the full "
+             "sandbox must be marked `sandbox`", (("tests/conftest.py", "    if sandboxed and request.node."
+                                                  'get_closest_marker("sandbox") is None:', "    if False:"),),
+             ("tests/test_timed_alone.py::test_a_test_that_starts_revisions_must_be_marked_timed_and_sandbox",)),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),

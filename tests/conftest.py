@@ -2,9 +2,12 @@
 
 Test data lives in the repository (`tests/paths.py`); nothing outside the checkout is read. Tests marked
 `services` need the PostgreSQL and Redis on 127.0.0.1 (`.ci/run` starts them) and skip, saying which one
-and how to start it, when they are down.
+and how to start it, when they are down. Tests marked `sandbox` need the full sandbox (bubblewrap, user namespaces,
+cgroup v2): on a host that cannot build it they skip saying why, and FAIL under TOKENGATE_REQUIRE_SANDBOX=1 (`.ci/run`
+sets it: where the sandbox is required, a missing one must not pass as skipped security tests).
 """
 import fcntl
+import os
 import socket
 import tempfile
 from contextlib import contextmanager
@@ -34,11 +37,25 @@ def service_down(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=None)
+def sandbox_missing() -> str | None:
+    """Why this host cannot build the full sandbox (worker/sandbox/probe.py), else None."""
+    from worker.sandbox import detect_isolation
+    iso = detect_isolation()
+    return None if iso.full else iso.reason
+
+
 def pytest_runtest_setup(item):
     if (marker := item.get_closest_marker("services")) is not None:
         for name in marker.args or SERVICES:  # @pytest.mark.services("Redis"): that one alone
             if reason := service_down(name):
                 pytest.skip(reason)
+    if item.get_closest_marker("sandbox") is not None and (why := sandbox_missing()):
+        reason = (f"needs the full sandbox, which this host cannot build ({why}); install bubblewrap (Debian package "
+                  "bubblewrap) on a host with user namespaces and cgroup v2, or run .ci/run")
+        if os.environ.get("TOKENGATE_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"{reason}. TOKENGATE_REQUIRE_SANDBOX=1: failed, not skipped", pytrace=False)
+        pytest.skip(reason)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -97,23 +114,26 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture(autouse=True)
-def _revisions_are_timed(request, monkeypatch):
-    """A test that starts a revision process (the harness's sandboxed driver) without being `timed` fails:
-    the rule above would otherwise rest on remembering to mark it."""
-    if request.node.get_closest_marker("timed") is not None:
-        yield
-        return
+def _revisions_are_marked(request, monkeypatch):
+    """A test that starts a revision process (the harness's sandboxed driver) must be `timed` (under xdist it would
+    be timed beside another test) and, where it asks for the full sandbox, `sandbox` (on a machine without one it
+    would fail instead of skipping, saying why). Both rules would otherwise rest on remembering to mark it."""
     from worker.harness.client import RevisionProcess
 
     started = []
     real = RevisionProcess.start
 
     def start(self, *a, **k):
-        started.append(self.role)
+        started.append((self.role, self.allow_degraded))
         return real(self, *a, **k)
 
     monkeypatch.setattr(RevisionProcess, "start", start)
     yield
-    if started:
-        pytest.fail(f"this test started revision processes ({', '.join(started)}) but is not marked "
+    if started and request.node.get_closest_marker("timed") is None:
+        pytest.fail(f"this test started revision processes ({', '.join(r for r, _ in started)}) but is not marked "
                     "@pytest.mark.timed: under xdist it would be timed beside another test", pytrace=False)
+    sandboxed = [role for role, degraded in started if not degraded]
+    if sandboxed and request.node.get_closest_marker("sandbox") is None:
+        pytest.fail(f"this test started revision processes in the full sandbox ({', '.join(sandboxed)}) but is not "
+                    "marked @pytest.mark.sandbox: on a machine without bubblewrap it would fail, not skip",
+                    pytrace=False)

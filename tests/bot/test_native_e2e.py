@@ -239,6 +239,7 @@ def test_compose_processes_end_to_end(stack, github, remote):
 REAL_WAIT_S = 300.0
 
 
+@pytest.mark.sandbox
 @pytest.mark.timed  # the real pipeline runs in the worker subprocess
 def test_compose_processes_real_pipeline(stack, github, tmp_path):
     """The real `tokengate.evaluate` (tiny model, CPU quick profile) on a clone of this repository whose PR

@@ -46,6 +46,7 @@ def test_a_head_that_contains_its_base_is_measured_as_it_is(tmp_path, cache):
     assert h.merged_sha is None and h.measured_sha == head
 
 
+@pytest.mark.sandbox
 def test_a_head_that_does_not_merge_with_its_base_is_the_prs_failure_not_infra(tmp_path, cache):
     repo = make_repo(tmp_path)
     commit_file(repo, "pr", "runtime/NOTES", "the PR's version\n")
@@ -58,6 +59,7 @@ def test_a_head_that_does_not_merge_with_its_base_is_the_prs_failure_not_infra(t
     assert "does not merge cleanly" in r.summary and "rebase" in r.summary
 
 
+@pytest.mark.sandbox
 def test_a_speedup_that_is_only_the_lack_of_mains_later_regression_is_not_measured(tmp_path, cache):
     """main regresses decode 2x after the PR branched off; the PR changes nothing else. Measured as it would land,
     head and base run the same code: no speedup to claim."""

@@ -118,6 +118,7 @@ def test_a_gitlink_and_gitmodules_are_not_fetched_during_the_merge(tmp_path, cac
 
 # -- 2. What the worker merges vs what GitHub would merge -------------------------------------------------------
 
+@pytest.mark.sandbox
 def test_a_clean_merge_with_normalized_line_endings_is_not_reported_as_a_conflict(tmp_path, cache):
     """A repository with `* text` in .gitattributes and a file committed with CRLF before it (a very common state:
     attributes added without renormalizing). The head's fresh worktree is 'dirty' for git (CRLF on disk, the clean
@@ -239,6 +240,7 @@ def test_concurrent_evaluations_merging_in_one_mirror_do_not_disturb_each_other(
 
 # -- 5. The conflict message in the comment --------------------------------------------------------------------------
 
+@pytest.mark.sandbox
 def test_conflicting_file_names_cannot_inject_markdown_mentions_or_hide_the_verdict(tmp_path, cache):
     from datetime import datetime, timezone
 

@@ -1,6 +1,7 @@
 import argparse
 import json
 
+import pytest
 from rich.console import Console
 
 from worker import cli
@@ -9,6 +10,7 @@ from worker.calibration.aa_store import AAStore
 from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make_settings
 
 
+@pytest.mark.sandbox
 def test_eval_command_writes_comment_and_receipt(tmp_path, cache):
     repo = make_repo(tmp_path, head="slow_decode")
     profile = make_profile(fake_model(tmp_path / "m.gguf"), pairs=3, inner=2, prompts_per_seed=1)

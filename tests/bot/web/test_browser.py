@@ -56,6 +56,7 @@ def server(settings):
     thread.join(10)
 
 
+@pytest.mark.sandbox
 def test_every_page_in_chromium(browser, server, filled, tmp_path):
     from selenium.webdriver.common.by import By
     shots = Path(SHOTS) if SHOTS else tmp_path

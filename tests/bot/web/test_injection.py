@@ -159,6 +159,7 @@ def test_a_private_repositorys_rows_are_on_no_page(client, settings, filled):
         assert client.get(path).status_code == 404, path
 
 
+@pytest.mark.sandbox
 def test_a_hello_with_non_numbers_for_load_seconds_does_not_break_the_evaluation_page(client, filled):
     """The receipt keeps each revision's hello as its runtime sent it (worker/pipeline.py: the harness adds its own
     load times to the runtime's `load_seconds` dict): the head's runtime put a string there, and the page's phase

@@ -24,6 +24,7 @@ def points_in(html: str, section_id: str) -> int:
     return section.count('class="point"')
 
 
+@pytest.mark.sandbox
 def test_overview_shows_latest_main_per_gate_from_the_receipts(client, filled):
     html = client.get(f"/repos/{filled.repo_name}").text
     # the latest main commit of each real gate is the "slow" evaluation's head: its receipt's median
@@ -33,6 +34,7 @@ def test_overview_shows_latest_main_per_gate_from_the_receipts(client, filled):
     assert "real slow" in html and "REJECT" in html and "XL" in html
 
 
+@pytest.mark.sandbox
 def test_evaluation_page_numbers_match_the_receipt(client, filled):
     r = client.get(f"/evaluations/{filled.eval_ids['none']}")
     assert r.status_code == 200
@@ -61,6 +63,7 @@ def test_logs_are_escaped(client, settings, filled):
     assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in html
 
 
+@pytest.mark.sandbox
 def test_history_plots_every_main_commit_with_a_link(client, filled):
     html = client.get(f"/repos/{filled.repo_name}/history").text
     assert points_in(html, "qwen35-tiny-decode@512") == MAIN_POINTS + 1  # + the merged win
@@ -74,6 +77,7 @@ def test_history_plots_every_main_commit_with_a_link(client, filled):
     assert "qwen35-tiny-decode@512" not in only and points_in(only, "fake-decode@32") == 2
 
 
+@pytest.mark.sandbox
 def test_history_memory_plot_is_the_receipts_peak_rss(client, filled):
     html = client.get(f"/repos/{filled.repo_name}/history").text
     rss = filled.results["slow"].receipt["processes"]["head"]["max_rss_bytes"]

@@ -1,6 +1,8 @@
 """A/A calibration feeds the noise floors and guard bounds; INFRA is retried with backoff."""
 import socket
 
+import pytest
+
 from worker.calibration.aa_store import AAStore
 from worker.cli import calibrate
 from worker.config import EvalSettings
@@ -17,6 +19,7 @@ def _profile(tmp_path):
                                                                           "prefill_contexts": [64]})]})
 
 
+@pytest.mark.sandbox
 def test_calibrate_records_deltas_and_the_next_evaluation_uses_them(tmp_path, cache):
     repo = make_repo(tmp_path)
     store = AAStore(tmp_path / "aa.sqlite")
@@ -66,6 +69,7 @@ def test_guard_bounds_from_aa_scores():
     assert not u.calibrated and u.top1_floor == s.top1_floor_default
 
 
+@pytest.mark.sandbox
 def test_infra_is_retried_with_backoff_then_said_plainly(tmp_path, cache):
     repo = make_repo(tmp_path, base="load_fail")  # the baseline's fault: INFRA (a head fault is the PR's)
     settings = make_settings(_profile(tmp_path)).model_copy(update={"retries": 2, "retry_backoff_s": 1.5})
@@ -77,6 +81,7 @@ def test_infra_is_retried_with_backoff_then_said_plainly(tmp_path, cache):
     assert "still failing after 3 attempts" in r.summary and "nothing was merged" in r.summary
 
 
+@pytest.mark.sandbox
 def test_checkout_of_a_missing_ref_is_infra(tmp_path, cache):
     repo = make_repo(tmp_path)
     r = evaluate(Job(repo=str(repo), base_ref="main", head_ref="no-such-branch", profile="test"),
@@ -85,6 +90,7 @@ def test_checkout_of_a_missing_ref_is_infra(tmp_path, cache):
     assert "no-such-branch" in r.infra_detail
 
 
+@pytest.mark.sandbox
 def test_whole_evaluation_time_limit_is_infra(tmp_path, cache):
     repo = make_repo(tmp_path)
     p = _profile(tmp_path).model_copy(update={"eval_timeout_s": 0.01})

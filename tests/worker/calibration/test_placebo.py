@@ -18,6 +18,7 @@ from tests.worker.helpers import quick_settings
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.sandbox
 @pytest.mark.slow
 def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     repo = tmp_path / "repo"

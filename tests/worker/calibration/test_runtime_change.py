@@ -4,6 +4,7 @@ import sqlite3
 import time
 
 import numpy as np
+import pytest
 
 from worker.calibration.aa_store import AAStore
 from worker.calibration.auto import base_runtime, calibrate_pairs, calibrated
@@ -97,6 +98,7 @@ def test_a_file_from_before_runtimes_were_kept_gains_the_column(tmp_path):
     assert [r for _, _, r in store.runtime_rows(*ARGS)] == [NEW, None]
 
 
+@pytest.mark.sandbox
 def test_the_worker_records_the_new_runtimes_pairs_before_evaluating(tmp_path, cache):
     repo = make_repo(tmp_path)
     p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)

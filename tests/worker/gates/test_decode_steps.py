@@ -19,6 +19,7 @@ from tests.worker.helpers import eval_fakes
 DECODE = dict(decode_contexts=[32], prefill_contexts=[], decode_tokens=24, pairs=2)
 
 
+@pytest.mark.sandbox
 def test_a_decode_that_drifts_only_in_its_logits_is_caught_at_every_step(tmp_path, cache):
     r = eval_fakes(tmp_path, head="decode_drift", **DECODE)
     assert r.verdict is Verdict.REJECT, r.summary
@@ -27,12 +28,14 @@ def test_a_decode_that_drifts_only_in_its_logits_is_caught_at_every_step(tmp_pat
     assert all(g.passed for g in r.guards)  # the all-logits accuracy guard alone would have passed it
 
 
+@pytest.mark.sandbox
 def test_a_decode_that_emits_a_wrong_token_now_and_then_is_caught(tmp_path, cache):
     r = eval_fakes(tmp_path, head="decode_wrong", **DECODE)
     assert r.verdict is Verdict.REJECT, r.summary
     assert "not the reference's choice (base 0" in r.summary  # 44 of 48 agree: above the 90 % bar
 
 
+@pytest.mark.sandbox
 def test_a_good_head_passes_every_step(tmp_path, cache):
     r = eval_fakes(tmp_path, **DECODE)
     assert r.verdict not in (Verdict.REJECT, Verdict.INFRA), r.summary
@@ -159,6 +162,7 @@ def test_the_decode_check_teacher_forces_the_lead_token_first():
     assert verify_outputs(sw, "head", g, ref, timeout=1, tie_tol=1e-3, cache=cache).misses >= 1
 
 
+@pytest.mark.sandbox
 def test_a_head_that_ignores_the_lead_token_is_caught(tmp_path, cache):
     """Its first decode after a prefill (the lead) is skipped: the tokens of before the lead, one step cheaper."""
     r = eval_fakes(tmp_path, head="ignore_lead", **DECODE)
@@ -206,6 +210,7 @@ def test_the_step_logits_are_kept_only_for_the_secret_reps(tmp_path):
     assert {x for x in procs["head"].requests if x[0] == "generate"} == {("generate", True)}
 
 
+@pytest.mark.sandbox
 def test_a_head_that_stops_returning_step_logits_is_caught(tmp_path, cache):
     """Its generate_greedy bypasses engine.decode (and takes no logits_out) while base's returns them."""
     r = eval_fakes(tmp_path, head="no_step_logits", **DECODE)
@@ -258,6 +263,7 @@ def _step_rows(tmp_path, root, name):
         return resp["steps"], proc.read_logits(resp, 5, "measure")
 
 
+@pytest.mark.sandbox
 @pytest.mark.timed
 def test_an_engine_with_its_own_loop_fills_logits_out_like_the_decode_hook(tmp_path):
     pytest.importorskip("torch")

@@ -1,4 +1,6 @@
 """Real changes in the engine's code: a 2x slower decode, a 2x faster one, a subtly wrong kernel."""
+import pytest
+
 from worker.records import Verdict
 
 from tests.worker.helpers import LOOSE, eval_fakes
@@ -6,6 +8,7 @@ from tests.worker.helpers import LOOSE, eval_fakes
 TIERS = (Verdict.S, Verdict.M, Verdict.L, Verdict.XL)
 
 
+@pytest.mark.sandbox
 def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
     r = eval_fakes(tmp_path, head="slow_decode", decode_contexts=[32, 160], prefill_contexts=[64], pairs=4, inner=2)
     assert r.verdict == Verdict.REJECT, r.summary
@@ -17,6 +20,7 @@ def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
             assert g.rel_change < -0.15 and g.ci_high < 0
 
 
+@pytest.mark.sandbox
 def test_real_speedup_gets_a_tier(tmp_path, cache):
     r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[64], pairs=4, inner=2,
               settings=LOOSE, calibrate=True)
@@ -31,6 +35,7 @@ def test_real_speedup_gets_a_tier(tmp_path, cache):
         assert r.best_speedup == g.ci_low < g.rel_change
 
 
+@pytest.mark.sandbox
 def test_subtly_wrong_kernel_fails_the_guard(tmp_path, cache):
     r = eval_fakes(tmp_path, head="wrong")
     assert r.verdict == Verdict.REJECT, r.summary

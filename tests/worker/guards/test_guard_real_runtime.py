@@ -2,6 +2,8 @@
 every argmax, so top-1 cannot see it; the KL paired against base on the same prompts must REJECT it."""
 from pathlib import Path
 
+import pytest
+
 from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
 from worker.records import Verdict
@@ -19,6 +21,7 @@ ReferenceEngine.decode = lambda self, t: _t_decode(self, t) * 0.8
 '''
 
 
+@pytest.mark.sandbox
 def test_real_runtime_kl_drift_is_rejected(tmp_path, cache):
     def scale_logits(repo):
         engine = repo / "runtime" / "engine.py"

@@ -23,6 +23,7 @@ def test_positions_fit_the_budget_and_sit_in_the_deep_half():
     assert 32768 * 248320 * 4 > 30 << 30 and len(long_positions(32768, 248320)) == 1081  # `full`: 32 GB not moved
 
 
+@pytest.mark.sandbox
 @pytest.mark.timed
 def test_the_driver_returns_only_the_rows_asked_for_after_the_prefill(tmp_path):
     m = fake_model(tmp_path / "m.gguf")

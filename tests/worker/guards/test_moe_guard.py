@@ -4,6 +4,8 @@ A PR that breaks only the MoE path (the top-k router weights no longer renormali
 bug) leaves every dense model bit-identical, so only an MoE guard can see it."""
 from pathlib import Path
 
+import pytest
+
 from runtime.config import MOE_ARCH, SHAPES
 from worker.calibration.aa_store import AAStore
 from worker.config import DEFAULT_PROFILES, ModelSpec
@@ -24,6 +26,7 @@ def test_full_profile_guards_with_the_moe_sibling():
     assert MOE_ARCH == "qwen35moe"
 
 
+@pytest.mark.sandbox
 def test_moe_only_bug_is_rejected_by_the_moe_guard(tmp_path, cache):
     def unnormalise(repo):
         ref = repo / "runtime" / "models" / "moe_ref.py"

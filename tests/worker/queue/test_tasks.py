@@ -20,6 +20,7 @@ def _redis_or_skip():
         pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
 
 
+@pytest.mark.sandbox
 @pytest.mark.services
 def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
     _redis_or_skip()

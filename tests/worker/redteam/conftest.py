@@ -4,8 +4,9 @@ Each hostile runtime lives in runtimes/<attack>/runtime/ and is laid over the go
 the PR branch, with `_common/runtime/_attacks.py` (the attack helpers) and a `_target.json` the test
 writes (ports, paths, markers of the host resources it must not reach).
 
-If this host cannot build the full sandbox the suite says so loudly: the escape tests FAIL (they do
-not skip), and the evaluation tests assert INFRA sandbox_unavailable instead of passing vacuously.
+If this host cannot build the full sandbox the suite says so loudly: the attacks (marked `sandbox`) skip, or FAIL
+under TOKENGATE_REQUIRE_SANDBOX=1 as `.ci/run` runs them; they never pass there. That an evaluation is then INFRA
+sandbox_unavailable is test_evaluations.py's `test_without_the_full_sandbox_the_evaluation_is_infra`.
 """
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
-
-import pytest
 
 from worker import sandbox
 from worker.calibration.aa_store import AAStore
@@ -31,8 +30,8 @@ FULL = ISO.full
 def pytest_report_header(config):
     if FULL:
         return f"red-team: full sandbox on this host ({ISO.method}; {ISO.facts.get('bwrap')})"
-    return (f"red-team: *** THIS HOST CANNOT BUILD THE FULL SANDBOX *** ({ISO.reason}); escape tests will "
-            "FAIL and evaluation tests expect INFRA sandbox_unavailable")
+    return (f"red-team: *** THIS HOST CANNOT BUILD THE FULL SANDBOX *** ({ISO.reason}); attacks will "
+            "skip (FAIL under TOKENGATE_REQUIRE_SANDBOX=1)")
 
 
 if not FULL:
@@ -91,13 +90,6 @@ def run_inside(tmp_path: Path, code: str, *, timeout: float = 60, **spec_kw):
                  "cpu_ns": p.cgroup.cpu_usage_ns(), "limits": p.cgroup.limits()}
         p.cgroup.close()
     return rc, log.read_text(errors="replace"), facts
-
-
-@pytest.fixture
-def need_full():
-    """Escape tests must not pass vacuously: on a host without the full sandbox they fail, loudly."""
-    if not FULL:
-        pytest.fail(f"the full sandbox is unavailable on this host, so this attack is NOT blocked here: {ISO.reason}")
 
 
 def assert_postgres_untouched(marker: str) -> None:

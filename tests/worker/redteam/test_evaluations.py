@@ -1,7 +1,7 @@
 """Hostile revisions through the whole pipeline: each gets the verdict it must get, and nothing leaks.
 
-On a host without the full sandbox every one of these must come out INFRA sandbox_unavailable
-(fail closed) instead of being judged; `judged()` asserts exactly that and stops the test there.
+The attacks need the full sandbox (marked `sandbox`: skipped without it, FAILED where it is required); fail-closed
+INFRA sandbox_unavailable without it is `test_without_the_full_sandbox_the_evaluation_is_infra`.
 """
 import hashlib
 import os
@@ -18,19 +18,11 @@ from tests.conftest import service_down
 from worker.records import InfraKind, Verdict
 
 from tests.worker.helpers import GOOD
-from .conftest import FULL, ISO, assert_postgres_untouched, run_eval
+from .conftest import assert_postgres_untouched, run_eval
 
 pytestmark = pytest.mark.timed  # whole evaluations: speed gates and request deadlines
 
 TIERS = {Verdict.S, Verdict.M, Verdict.L, Verdict.XL}
-
-
-def judged(r) -> bool:
-    """False (after asserting fail-closed INFRA) where this host cannot build the full sandbox."""
-    if not FULL:
-        assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.SANDBOX_UNAVAILABLE, r.summary
-        return False
-    return True
 
 
 def text(r) -> str:
@@ -44,6 +36,7 @@ def _tree_digest(root) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.sandbox
 @pytest.mark.services("Redis")  # and PostgreSQL where it runs (not on the GPU box)
 def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
     import redis
@@ -70,9 +63,8 @@ def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
               "marker": marker, "host_file": str(host_file), "parent_pid": os.getpid(),
               "model": str(tmp_path / "m.gguf")}
     r = run_eval(tmp_path, "exfiltrate", target)
-    if judged(r):
-        assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
-        assert "LEAKED" not in text(r)
+    assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
+    assert "LEAKED" not in text(r)
     # Nothing reached the host, whatever the verdict.
     for s in (srv, usrv):
         with pytest.raises(socket.timeout):
@@ -84,29 +76,28 @@ def test_exfiltration_gets_nothing(tmp_path, monkeypatch):
         assert_postgres_untouched(marker)
 
 
+@pytest.mark.sandbox
 def test_escapes_fail_and_trusted_code_is_untouched(tmp_path):
     trusted = tmp_path / "trusted_marker.py"
     trusted.write_text("# trusted\n")
     before = _tree_digest(GOOD)
     r = run_eval(tmp_path, "escape", {"trusted_file": str(GOOD / "runtime" / "__init__.py")})
-    if judged(r):
-        assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
+    assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
     assert trusted.read_text() == "# trusted\n" and _tree_digest(GOOD) == before
 
 
+@pytest.mark.sandbox
 def test_reserving_host_disk_past_the_file_size_limit_fails(tmp_path):
     """fallocate(KEEP_SIZE) of 3 GiB on its stderr log and in its compile cache (RLIMIT_FSIZE is 1 GiB): refused."""
     r = run_eval(tmp_path, "disk_fill")
-    if judged(r):
-        assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
-        assert "LEAKED" not in text(r)
+    assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
+    assert "LEAKED" not in text(r)
 
 
+@pytest.mark.sandbox
 def test_fork_bomb_is_stopped_by_pids_max(tmp_path):
     t0 = time.monotonic()
     r = run_eval(tmp_path, "forkbomb")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.BUILD_FAILED, text(r)
     n = int(text(r).split("fork bomb stopped after ")[1].split()[0])
     assert n < 256 and time.monotonic() - t0 < 120
@@ -114,67 +105,60 @@ def test_fork_bomb_is_stopped_by_pids_max(tmp_path):
                 if str(tmp_path) in " ".join(p.info["cmdline"] or []) and p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.sandbox
 def test_filling_tmp_stops_at_its_cap(tmp_path):
     avail = psutil.virtual_memory().available
     r = run_eval(tmp_path, "fill")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.BUILD_FAILED, text(r)
     assert "filling /tmp stopped after" in text(r) and "No space left" in text(r)
     assert psutil.virtual_memory().available > avail - (1 << 30)  # tmpfs pages were freed with the sandbox
 
 
+@pytest.mark.sandbox
 def test_work_on_exited_threads_is_on_the_clock(tmp_path):
     """3x the decode work on a thread that exits before the answer: once XL +7234 %; now slower."""
     r = run_eval(tmp_path, "exited_thread", prefill_contexts=[], decode_contexts=[32])
-    if not judged(r):
-        return
     assert r.verdict not in TIERS, text(r)
     g = next(g for g in r.gates if g.gate == "decode@32")
     assert g.head_median < 0.6 * g.base_median, g
 
 
+@pytest.mark.sandbox
 def test_hogging_the_other_revision_does_not_pay(tmp_path):
     r = run_eval(tmp_path, "hog", clock="wall", pairs=4)
-    if not judged(r):
-        return
     assert r.verdict not in TIERS, text(r)
 
 
+@pytest.mark.sandbox
 def test_doing_less_work_when_not_asked_for_all_logits_is_caught(tmp_path):
     r = run_eval(tmp_path, "skip_work")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.REJECT, text(r)
     assert "timed outputs differ from the reference" in r.summary
     assert all(g.passed for g in r.guards)  # the all-logits accuracy guard alone would have passed it
 
 
+@pytest.mark.sandbox
 def test_patching_the_driver_gains_nothing(tmp_path):
     r = run_eval(tmp_path, "patch_driver")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.REJECT, text(r)
     assert "timed outputs differ from the reference" in r.summary
 
 
+@pytest.mark.sandbox
 def test_output_file_tricks_do_not_reach_the_parent(tmp_path):
     rss0 = psutil.Process().memory_info().rss
     t0 = time.monotonic()
     r = run_eval(tmp_path, "file_tricks")
-    if not judged(r):
-        return
     assert r.verdict not in (Verdict.BUILD_FAILED, Verdict.INFRA), text(r)
     assert time.monotonic() - t0 < 90
     assert psutil.Process().memory_info().rss - rss0 < (500 << 20)
 
 
+@pytest.mark.sandbox
 def test_comment_injection_is_escaped(tmp_path):
     from worker.report import comment_markdown
 
     r = run_eval(tmp_path, "inject")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.BUILD_FAILED
     md = comment_markdown(r)
     first = md.strip().splitlines()[0]
@@ -219,6 +203,7 @@ def test_the_development_override_is_marked_and_never_merged(tmp_path, monkeypat
     assert r.to_dict()["sandbox_override"] is True  # what bot/rounds.py reads
 
 
+@pytest.mark.sandbox
 def test_filling_the_compile_cache_is_stopped_at_its_cap_and_wiped(tmp_path, monkeypatch, cache):
     """Files under RLIMIT_FSIZE, as many as it likes, in its compile cache (the one host directory it may write,
     kept after the evaluation): killed at the cap (lowered to 64 MiB here), the PR's fault, nothing left."""
@@ -226,8 +211,6 @@ def test_filling_the_compile_cache_is_stopped_at_its_cap_and_wiped(tmp_path, mon
     from worker.sandbox.disk import usage
     monkeypatch.setattr(compile_cache, "MAX_BYTES_PER_REVISION", 64 << 20)
     r = run_eval(tmp_path, "cache_fill")
-    if not judged(r):
-        return
     assert r.verdict is Verdict.REJECT and r.infra_kind is None, text(r)
     assert "disk cap" in text(r), text(r)
     left = usage(compile_cache.compile_cache_dir(r.head_sha), 10**6)

@@ -21,6 +21,7 @@ def _run(tmp_path, code: str, **kw):
     return rc, log.read_text()
 
 
+@pytest.mark.sandbox
 def test_environment_is_scrubbed(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghs_supersecret123")
     monkeypatch.setenv("TOKENGATE_DATABASE_URL", "postgresql://u:p@h/db")
@@ -44,6 +45,7 @@ def test_no_network_when_the_host_can_isolate(tmp_path):
     assert "REFUSED" in out and "CONNECTED" not in out
 
 
+@pytest.mark.sandbox
 def test_memory_limit(tmp_path):
     rc, out = _run(tmp_path, "b = bytearray(3 << 30)\nb[::4096] = b'x' * len(b[::4096])\nprint('DONE')",
                    memory_limit_bytes=1 << 30)
@@ -62,6 +64,7 @@ def test_spawn_refuses_a_weaker_sandbox(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+@pytest.mark.sandbox
 @pytest.mark.timed  # a deadline
 def test_timeout_kills_the_whole_process_group(tmp_path):
     m = fake_model(tmp_path / "m.gguf")

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from worker import sandbox
-
 from tests.worker.helpers import fake_model, make_profile, make_repo, make_settings
 
 _SPEC = importlib.util.spec_from_file_location("sandbox_gpu_check",
@@ -26,9 +24,8 @@ def test_summary_and_comparison():
     assert check.noise_not_worse(worse) == {"g": False}
 
 
+@pytest.mark.sandbox
 def test_measure_on_cpu_with_the_fake_runtime(tmp_path, cache):
-    if not sandbox.detect_isolation().full:
-        pytest.fail(f"full sandbox unavailable here: {sandbox.detect_isolation().reason}")
     repo = make_repo(tmp_path)
     prof = make_profile(fake_model(tmp_path / "m.gguf"), inner=1)
     model = prof.models[0].model_copy(update={"decode_contexts": [32], "prefill_contexts": [64]})

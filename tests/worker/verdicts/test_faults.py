@@ -28,6 +28,7 @@ CASES = [
 ]
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("variant,verdict,kind,words", CASES, ids=[c[0] for c in CASES])
 def test_fault_gives_the_right_verdict(tmp_path, cache, variant, verdict, kind, words):
     r = eval_fakes(tmp_path, head=variant)
@@ -41,11 +42,13 @@ def test_fault_gives_the_right_verdict(tmp_path, cache, variant, verdict, kind, 
     json.dumps(r.to_dict())  # the record stays serialisable on every path
 
 
+@pytest.mark.sandbox
 def test_broken_baseline_is_infra_not_reject(tmp_path, cache):
     r = eval_fakes(tmp_path, base="load_fail")
     assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.BASELINE_CRASHED, r.summary
 
 
+@pytest.mark.sandbox
 def test_fake_timing_is_not_believed(tmp_path, cache):
     """Slow decode that freezes its own clocks and prints fake speeds: the parent's clock sees it."""
     r = eval_fakes(tmp_path, head="fake_timing", pairs=4, inner=2)
@@ -53,6 +56,7 @@ def test_fake_timing_is_not_believed(tmp_path, cache):
     assert "decode@32" in r.summary
 
 
+@pytest.mark.sandbox
 def test_socket_is_blocked(tmp_path, cache):
     iso = detect_isolation()
     if not iso.network_isolated:
@@ -79,6 +83,7 @@ def test_socket_is_blocked(tmp_path, cache):
     assert variant is not None
 
 
+@pytest.mark.sandbox
 def test_env_token_is_not_visible(tmp_path, cache, monkeypatch):
     secret = "ghs_s3cretInstallationToken"
     monkeypatch.setenv("GITHUB_TOKEN", secret)

@@ -1,6 +1,8 @@
 """A foreign process on the GPU (as NVML reports it) is INFRA, never a measurement."""
 import subprocess
 
+import pytest
+
 from worker import telemetry
 from worker.calibration.aa_store import AAStore
 from worker.pipeline import Job, evaluate
@@ -30,6 +32,7 @@ class StubNvml:
         return {"energy_mj": None}
 
 
+@pytest.mark.sandbox
 def test_foreign_gpu_process_is_infra(tmp_path, cache, monkeypatch):
     stranger = subprocess.Popen(["sleep", "60"])  # a real process that is not ours
     monkeypatch.setattr(telemetry, "nvml", lambda index=0: StubNvml([stranger.pid]))

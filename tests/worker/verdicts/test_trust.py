@@ -11,6 +11,7 @@ from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make
 from tests.worker.helpers import LOOSE, eval_fakes
 
 
+@pytest.mark.sandbox
 def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, cache):
     r = eval_fakes(tmp_path, base="slow_decode", head="slow_prefill", decode_contexts=[32], prefill_contexts=[256],
               pairs=4, inner=2, settings=LOOSE, calibrate=True)
@@ -20,6 +21,7 @@ def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, ca
     assert r.best_speedup is None
 
 
+@pytest.mark.sandbox
 def test_kl_drift_with_every_argmax_unchanged_is_rejected(tmp_path, cache):
     r = eval_fakes(tmp_path, head="kl_drift")
     assert r.verdict is Verdict.REJECT, r.summary
@@ -28,6 +30,7 @@ def test_kl_drift_with_every_argmax_unchanged_is_rejected(tmp_path, cache):
     assert "base's" in g.reason and "accuracy guard failed" in r.summary
 
 
+@pytest.mark.sandbox
 def test_main_failing_its_own_bars_is_infra(tmp_path, cache):
     store = AAStore(tmp_path / "aa.sqlite")
     good = eval_fakes(tmp_path / "a", settings=LOOSE, calibrate=True, store=store)  # guard A/A of a good main
@@ -39,6 +42,7 @@ def test_main_failing_its_own_bars_is_infra(tmp_path, cache):
     assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.BASELINE_FAILED_GUARD, r.summary
 
 
+@pytest.mark.sandbox
 def test_sentinel_pair_is_recorded_every_evaluation(tmp_path, cache):
     store = AAStore(tmp_path / "aa.sqlite")
     r = eval_fakes(tmp_path, settings={"sentinel_aa_pair": "always"}, store=store)
@@ -51,6 +55,7 @@ def test_sentinel_pair_is_recorded_every_evaluation(tmp_path, cache):
     assert "sentinel_aa_pair" not in off.receipt["models"]["fake"]
 
 
+@pytest.mark.sandbox
 def test_self_calibration_records_pairs_and_resumes(tmp_path, cache):
     repo = make_repo(tmp_path)
     p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
