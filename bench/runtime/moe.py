@@ -54,7 +54,8 @@ def kernel_checks(eng) -> dict:
                                                                   ids[0], cfg.d_ffn_exp))
     res = torch.randn(cfg.d_model, device=DEV[0], generator=gen)
     y = torch.empty_like(res)
-    experts_down_gemv(act, d.data, d.qtype, ids[0], w[0], res, y)
+    part = torch.empty(cfg.n_expert_used, cfg.d_model, device=DEV[0])  # the split down launch's fp32 scratch
+    experts_down_gemv(act, d.data, d.qtype, ids[0], w[0], res, y, part=part)
     out["decode_down_rel"] = rel(y - res, experts_down_gemv_naive(act, d.data, d.qtype, ids[0], w[0], res) - res)
     xs = torch.randn(64, cfg.d_model, device=DEV[0], generator=gen).to(torch.bfloat16)
     got = grouped_experts(xs, ids, w, g.data, g.qtype, u.data, u.qtype, d.data, d.qtype, cfg.n_expert, cfg.d_ffn_exp)
