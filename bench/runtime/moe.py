@@ -118,12 +118,19 @@ def swept_table(eng, path: Path):
     return TileTable(tuple(sorted((entries | dict(swept.entries)).items())), fallback), sorted(dict(swept.entries))
 
 
+def expert_tile(name: str):
+    """A variant's EXPERT part: "default" (or nothing) is the engine's own default tile, not ExpertTile()'s
+    field defaults (those are the fused 32-row launch: 166 against 250 tok/s in moe-35b-a3b-20261206T021515Z)."""
+    from runtime.kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
+
+    return DEFAULT_EXPERT_TILE if name in ("", "default") else ExpertTile.parse(name)
+
+
 def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
     """One decode variant, "DENSE+EXPERT" (either part "default"): its own engine, layer and reference checks,
     tg128 @0. DENSE names a gemv_sweep tile for every dense launch, or a gemv_sweep JSON of this model (each launch
     shape its swept tile); EXPERT an ExpertTile (e.g. s16d16w4split)."""
     from bench.runtime.decode import reference_check
-    from runtime.kernels.moe_experts import ExpertTile
     from runtime.triton.engine import TritonEngine
 
     dense, _, expert = name.partition("+")
@@ -133,7 +140,7 @@ def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
         table, tiled = swept_table(eng, Path(dense))
     else:
         table, tiled = uniform_table(eng, dense)
-    tile = ExpertTile() if expert in ("", "default") else ExpertTile.parse(expert)
+    tile = expert_tile(expert)
     var = TritonEngine(model, device=args.device, max_context=max_ctx, gemv_config=table, expert_tile=tile)
     try:
         out = {"expert_tile": vars(tile), "dense_tile": dense or "default", "dense_shapes_tiled": tiled,

@@ -166,8 +166,10 @@ def pooled_deltas(path, profile: str, ev_like: dict, host: str | None = None) ->
     for the same profile and measurement protocol: other runs' cards, to pool into the placebo."""
     import sqlite3
 
+    if not Path(path).is_file():  # sqlite3.connect would make an empty database and fail on its missing table
+        raise FileNotFoundError(f"A/A history {path}: no such file")
     out: dict[str, dict[str, list[float]]] = {}
-    db = sqlite3.connect(path)
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         for name, (model, gate, protocol) in ev_like.items():
             q = "SELECT host, delta FROM pair_delta WHERE profile=? AND protocol=? AND model=? AND gate=?"

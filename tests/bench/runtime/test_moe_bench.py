@@ -45,3 +45,11 @@ def test_a_swept_table_gives_each_swept_launch_shape_its_own_tile_and_leaves_the
     assert tiled == [key] and isinstance(table, TileTable)
     assert table._by_key[key] == GemvConfig(4, 2, 1, x8=True)
     assert table._by_key.get("Q4_K:4096x2048") is None  # an unswept shape keeps the fallback
+
+
+def test_a_default_expert_part_is_the_engines_default_tile():
+    # session 21: "+default" timed ExpertTile()'s fused launch as if it were the engine's split default
+    from runtime.kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
+
+    assert moe.expert_tile("default") == moe.expert_tile("") == DEFAULT_EXPERT_TILE
+    assert moe.expert_tile("s16d32w4split") == ExpertTile(16, 32, True, 4)

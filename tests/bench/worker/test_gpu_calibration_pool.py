@@ -1,5 +1,7 @@
 """Pooling A/A histories of several GPU runs (other cards) into the placebo: by host, by profile and
 protocol, oldest first; a model's gates grouped so each model is judged on its own pairs."""
+import pytest
+
 from bench.worker.gpu_calibration import by_model, pooled_deltas
 from worker.calibration.aa_store import AAStore
 
@@ -27,3 +29,11 @@ def test_pooled_deltas_keep_each_card_apart_and_match_profile_and_protocol(tmp_p
 
 def test_gates_are_grouped_by_model():
     assert by_model(NAMES) == {"big": ["big decode@128", "big prefill@4096"], "small": ["small decode@512"]}
+
+
+def test_a_missing_history_is_named_and_not_created(tmp_path):
+    # pending.sh once passed an unmatched glob: the report died on "no such table" after making an empty file
+    missing = tmp_path / "aa-history-h100-*.sqlite"
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        pooled_deltas(missing, "standard", NAMES)
+    assert not missing.exists()
