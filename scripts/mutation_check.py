@@ -489,6 +489,19 @@ MUTATIONS: tuple[Mutation, ...] = (
              "sandbox must be marked `sandbox`", (("tests/conftest.py", "    if sandboxed and request.node."
                                                   'get_closest_marker("sandbox") is None:', "    if False:"),),
              ("tests/test_timed_alone.py::test_a_test_that_starts_revisions_must_be_marked_timed_and_sandbox",)),
+    Mutation("expert-slot-reads-its-own-int8-row", "17", "on the int8-x expert paths each slot's down GEMV reads "
+             "its own quantized activation row and scales", (("runtime/kernels/moe_experts/gemv_path.py",
+                                                              "p_ds + j * (K // 32) * 4", "p_ds"),),
+             ("tests/runtime/kernels/test_moe_gemv_path.py::"
+              "test_int8_x_paths_are_the_arithmetic_on_the_dequantized_int8_x",)),
+    Mutation("expert-rows-of-the-chosen-expert", "17", "the expert GEMVs on the dense paths read only the chosen "
+             "experts' rows", (("runtime/kernels/moe_experts/gemv_path.py",
+                                "rows = e * N + tl.minimum(i_r, N - 1).to(tl.int64)  # clamp",
+                                "rows = tl.minimum(i_r, N - 1).to(tl.int64)  # clamp"),),
+             ("tests/runtime/kernels/test_moe_gemv_path.py::test_only_the_chosen_experts_are_read",)),
+    Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
+             (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
+             ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),

@@ -17,7 +17,9 @@
 #   bash bench/device/pending.sh llamacpp    # issue 17: same-call llama.cpp prefill ratios (carry .llama too;
 #                                            # LLAMA_MODE=decode: tg128 ratios instead)
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
-#   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call
+#   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call;
+#                                            # the routed experts on the dense GEMV paths (moe_experts/gemv_path.py):
+#     MOE_VARIANTS=default+s16d16w4split-words,default+s16d16w4split-x8,default+s16d16w4split-x8q6,default+s32d16w4split-x8,default+s16d16w8split-x8bb4
 #   bash bench/device/pending.sh moetiles    # issue 17: the MoE's dense GEMV shapes swept, that table end to end, profile
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)

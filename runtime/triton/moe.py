@@ -16,6 +16,7 @@ import torch
 from ..kernels.gemv import gemv
 from ..kernels.moe_experts import experts_down_gemv, experts_swiglu_gemv, grouped_experts
 from ..kernels.moe_route import moe_route
+from ..kernels.quant_x import Q8Vector
 from ..kernels.qgemm import qgemm, qgemm_swiglu
 
 
@@ -29,6 +30,9 @@ class MoeDecodeBuffers:
         self.shared_act = torch.zeros(cfg.d_ffn_shexp, **f32)
         self.shared = torch.zeros(cfg.d_model, **f32)
         self.part = torch.zeros(cfg.n_expert_used, cfg.d_model, **f32)  # a split down launch's per-slot sums
+        # the int8-x expert paths' quantized input and activation rows (static addresses for the CUDA graph)
+        self.q8_x = Q8Vector.empty(cfg.d_model, device)
+        self.q8_act = Q8Vector.empty(cfg.n_expert_used * cfg.d_ffn_exp, device)
 
 
 def decode_ffn(step, p: str) -> None:
@@ -46,9 +50,9 @@ def decode_ffn(step, p: str) -> None:
     g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
     et = step.expert_tile
     experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, mb.ids[0], cfg.d_ffn_exp, mb.act,
-                        tile=et)
+                        tile=et, q8=mb.q8_x)
     experts_down_gemv(mb.act, d.data, d.qtype, mb.ids[0], mb.weights[0], h, h, shared=mb.shared,
-                      shared_logit=mb.logits[cfg.n_expert:], tile=et, part=mb.part)
+                      shared_logit=mb.logits[cfg.n_expert:], tile=et, part=mb.part, q8=mb.q8_act)
 
 
 def prefill_ffn(engine, p: str, xn: torch.Tensor, h: torch.Tensor, act: torch.Tensor) -> None:

@@ -24,6 +24,9 @@ import triton
 import triton.language as tl
 
 from ..qgemm.dequant import TILE_K, dequant_pair
+from ..quant_x import Q8Vector
+from . import gemv_path
+from .gemv_path import PATHS
 from ..tl_utils import dot_flags, interpreting, mma_bf16
 
 
@@ -114,26 +117,34 @@ def _down_sum_kernel(p_part, p_shared, p_slogit, p_res, p_out, N, KSEL: tl.const
 
 @dataclass(frozen=True)
 class ExpertTile:
-    """Decode expert GEMV launch shape: rows per program of the SwiGLU and the down launch, warps, and whether
-    the down launch splits over the k chosen slots (then its partial sums are added by a second launch)."""
+    """Decode expert GEMV launch shape: rows per program of the SwiGLU and the down launch, warps, whether
+    the down launch splits over the k chosen slots (then its partial sums are added by a second launch), and
+    the dot path: "tile" (this file: the prefill dequantizer, 64 columns a step) or one of the dense GEMV's
+    (gemv_path.py: "bytes", "words", "x8" = Q4_K on int8 x, "x8q6" = Q6_K too) with block_b super-blocks
+    a step."""
 
     bn_swiglu: int = 32
     bn_down: int = 32
     split_down: bool = False
     num_warps: int = 4
+    path: str = "tile"
+    block_b: int = 2
 
     def __post_init__(self):
-        for bn in (self.bn_swiglu, self.bn_down):
+        for bn in (self.bn_swiglu, self.bn_down, self.block_b):
             if bn < 1 or bn & (bn - 1):
-                raise ValueError(f"ExpertTile: rows per program must be powers of two, got {bn}")
+                raise ValueError(f"ExpertTile: rows per program and blocks per step must be powers of two, got {bn}")
+        if self.path not in ("tile",) + PATHS:
+            raise ValueError(f"ExpertTile: path {self.path!r} is not one of {('tile',) + PATHS}")
 
     @classmethod
     def parse(cls, name: str) -> "ExpertTile":
-        """'s32d32w4' (fused down) or 's16d32w4split': the benches' names for a tile."""
-        m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?", name)
+        """'s32d32w4' (fused down), 's16d32w4split', 's16d16w4split-x8bb2': the benches' names for a tile."""
+        m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?(?:-(bytes|words|x8q6|x8)(?:bb(\d+))?)?", name)
         if not m:
-            raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split], e.g. s16d32w4split")
-        return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]))
+            raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split][-<path>[bb<blocks>]], "
+                             "e.g. s16d32w4split or s16d16w4split-x8bb2")
+        return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]), m[5] or "tile", int(m[6] or 2))
 
 
 # 35B-A3B tg128 on an H100, same call: fused 32-row launches 158.6 tok/s, this 228.7 (64 -> 1024 programs for the
@@ -151,14 +162,19 @@ def _check_stack(w: torch.Tensor, rows: int, what: str) -> None:
 
 
 def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out,
-                        tile: ExpertTile = DEFAULT_EXPERT_TILE):
-    """out [k, F] fp32 = silu(G_e xn) ⊙ (U_e xn) for e = ids[j]; x [d] fp32, ids [k] int32 on the device."""
+                        tile: ExpertTile = DEFAULT_EXPERT_TILE, q8: Q8Vector | None = None):
+    """out [k, F] fp32 = silu(G_e xn) ⊙ (U_e xn) for e = ids[j]; x [d] fp32, ids [k] int32 on the device.
+
+    q8: on the int8-x paths, the buffer x is quantized into (of d or more; a CUDA graph needs it preallocated)."""
     d, k = x.shape[-1], ids.numel()
     _check_stack(gate, n_ff, "gate_exps")
     _check_stack(up, n_ff, "up_exps")
     if d % TILE_K or out.shape != (k, n_ff) or not out.is_contiguous():
         raise ValueError(f"experts_swiglu_gemv: d {d} must be a multiple of {TILE_K}, out [{k}, {n_ff}] contiguous")
     bn = _rows(tile.bn_swiglu)
+    if tile.path != "tile":
+        return gemv_path.swiglu(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out, bn=bn,
+                                bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, q8=q8)
     _swiglu_gemv_kernel[(k, triton.cdiv(n_ff, bn))](
         x, norm_weight, float(eps), gate, up, ids, out, n_ff, d, gate.stride(0), up.stride(0),
         GTYPE=int(gate_type), UTYPE=int(up_type), BN=bn, BKN=triton.next_power_of_2(min(d, 1024)),
@@ -167,10 +183,12 @@ def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, 
 
 
 def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=None, shared_logit=None,
-                      tile: ExpertTile = DEFAULT_EXPERT_TILE, part: torch.Tensor | None = None):
+                      tile: ExpertTile = DEFAULT_EXPERT_TILE, part: torch.Tensor | None = None,
+                      q8: Q8Vector | None = None):
     """out [d] = residual + Σ_j weights[j] D_{ids[j]} act[j] (+ sigmoid(shared_logit) · shared); out may be residual.
 
-    tile.split_down needs `part`, an fp32 [k, d] scratch (a CUDA graph keeps its address)."""
+    tile.split_down needs `part`, an fp32 [k, d] scratch (a CUDA graph keeps its address); q8: on the int8-x
+    paths, the buffer the k activation rows are quantized into (k * F or more)."""
     k, n_ff = act.shape
     d = residual.shape[-1]
     _check_stack(down, d, "down_exps")
@@ -179,15 +197,22 @@ def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=
     has_shared = shared is not None
     extra = (shared if has_shared else residual, shared_logit if has_shared else weights, residual, out)
     bn = _rows(tile.bn_down)
-    if not tile.split_down:
+    if tile.split_down and (part is None or part.shape != (k, d) or part.dtype != torch.float32
+                            or not part.is_contiguous()):
+        raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{k}, {d}] contiguous")
+    if tile.path != "tile":
+        if not gemv_path.down(act, down, down_type, ids, weights, extra, has_shared=has_shared, bn=bn,
+                              bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, split=tile.split_down,
+                              part=part, q8=q8):
+            return out
+    elif not tile.split_down:
         _down_gemv_kernel[(triton.cdiv(d, bn),)](
             act, down, ids, weights, *extra, d, n_ff, down.stride(0), DTYPE=int(down_type), KSEL=k,
             HAS_SHARED=has_shared, BN=bn, num_warps=tile.num_warps)
         return out
-    if part is None or part.shape != (k, d) or part.dtype != torch.float32 or not part.is_contiguous():
-        raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{k}, {d}] contiguous")
-    _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
-                                               DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
+    else:
+        _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
+                                                   DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
     _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=k, HAS_SHARED=has_shared, BN=256, num_warps=4)
     return out
 
