@@ -99,7 +99,8 @@ def test_only_the_chosen_experts_are_read(device):
     """NaN in every expert not chosen: the gemv paths' row arithmetic must stay inside the chosen ones."""
     gate, up = stack(GGMLType.Q4_K, FF, D, device, 1), stack(GGMLType.Q4_K, FF, D, device, 2)
     down = stack(GGMLType.Q4_K, D, FF, device, 3)
-    _, x, norm, ids, w = inputs(device)
+    _, x, norm, _, w = inputs(device)
+    ids = torch.tensor([5, 3, 7], dtype=torch.int32, device=device)  # expert 0 (where row arithmetic falls) poisoned
     for s, rows in ((gate, FF), (up, FF), (down, D)):
         v = s.view(E, rows, -1)
         for e in set(range(E)) - set(ids.tolist()):
