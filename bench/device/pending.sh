@@ -20,6 +20,8 @@
 #   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call;
 #                                            # the routed experts on the dense GEMV paths (moe_experts/gemv_path.py):
 #     MOE_VARIANTS=default+s16d16w4split-words,default+s16d16w4split-x8,default+s16d16w4split-x8q6,default+s32d16w4split-x8,default+s16d16w8split-x8bb4
+#   bash bench/device/pending.sh experts     # issue 17: routed-expert tiles (tile path vs the dense GEMV paths) at the
+#                                            # 35B-A3B's shapes on random stacks: no 21 GB file, ~1-2 min
 #   bash bench/device/pending.sh moetiles    # issue 17: the MoE's dense GEMV shapes swept, that table end to end, profile
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
@@ -172,6 +174,9 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     [ "$(left)" -gt 90 ] || continue
     mkdir -p .cache/bench && ln -sf "$f" .cache/bench/qwen35-35b-a3b-q4_k_m-seed0.gguf
     timeout $(( $(left) )) python3 bench/profiling/decode_profile.py --shape 35b-a3b --out "$OUT" 2>&1 | grep -v USDT | tail -4 ;;
+  experts)  # issue 17: the expert launches were 0.28-0.44 TB/s (decode-profile-35b-a3b-q4_k_m-h100-20261206T013633Z.json);
+             # each tile checked against the twins (int8 x: exactly), then timed per launch over 16 layers' stacks
+    timeout $(( $(left) )) python3 bench/profiling/expert_sweep.py --out "$OUT" ${EXPERT_ARGS:-} 2>&1 | tail -18 ;;
   moe)  # issue 17: the MoE sibling (35B-A3B Q4_K_M) against llama.cpp on the same file in this call: our tg128 /
         # pp512 / pp4096 with kernel and layer checks (bench/runtime/moe.py, synthesis ~2 min while llama-bench builds)
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
