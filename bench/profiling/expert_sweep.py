@@ -25,9 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+if __name__ == "__main__" and "cpu" in sys.argv:  # --device cpu: the interpreter, set before triton loads
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 
+from bench.profiling.gemv_sweep import graph_us_per_launch  # noqa: E402
 from bench.runtime.decode import Receipt, _err, environment, spread  # noqa: E402
 
 # the 35B-A3B's routed experts (runtime/synth shapes; its file's types: Q4_K gate/up, Q6_K down)
@@ -150,30 +153,6 @@ def rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
-def time_graph(fn, n: int, reps: int) -> list[float]:
-    """µs per layer of fn(0..n-1) replayed from one CUDA graph, `reps` replays."""
-    for i in range(n):  # compile + warm
-        fn(i)
-    torch.cuda.synchronize()
-    g, s = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
-        for i in range(n):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    for _ in range(3):
-        g.replay()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / n)
-    return out
-
-
 def bytes_per_layer(shape: dict) -> dict:
     from runtime.gguf import BLOCK, GGMLType
 
@@ -218,7 +197,7 @@ def main(argv=None) -> int:
                 r["timing"], r["timing_reason"] = None, "CPU interpreter: checks only"
             elif r["check"]["pass"] and r["check"].get("pass_int8_exact", True):
                 for part, fn in (("swiglu", run.swiglu), ("down", run.down)):
-                    t = spread(time_graph(fn, args.layers, args.reps))
+                    t = spread(graph_us_per_launch(fn, args.layers, args.reps))  # µs per layer
                     r[part] = {"us": t, "gb_per_s": nbytes[part] / (t["median"] * 1e-6) / 1e9}
                 r["us_per_layer"] = r["swiglu"]["us"]["median"] + r["down"]["us"]["median"]
         except Exception as e:  # recorded, the next tile runs
@@ -237,6 +216,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    if "--device" in sys.argv and "cpu" in sys.argv:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     sys.exit(main())

@@ -113,16 +113,22 @@ def rel_err(a, b) -> float:
 
 def time_group(calls, config, reps: int) -> float:
     """Median us per launch of the group's calls replayed in one CUDA graph."""
-    for c in calls:  # compile + warm
-        _run(c, config)
+    times = sorted(graph_us_per_launch(lambda i: _run(calls[i], config), len(calls), reps))
+    return times[len(times) // 2]
+
+
+def graph_us_per_launch(launch, n: int, reps: int) -> list[float]:
+    """launch(0..n-1) captured in one CUDA graph after a compiling warm-up; µs per launch of `reps` replays."""
+    for i in range(n):  # compile + warm
+        launch(i)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         with torch.cuda.graph(g, stream=s):
-            for c in calls:
-                _run(c, config)
+            for i in range(n):
+                launch(i)
     torch.cuda.current_stream().wait_stream(s)
     for _ in range(3):
         g.replay()
@@ -133,9 +139,8 @@ def time_group(calls, config, reps: int) -> float:
         g.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(calls))
-    times.sort()
-    return times[len(times) // 2]
+        times.append(a.elapsed_time(b) * 1e3 / n)
+    return times
 
 
 def applies(config, ws, swiglu) -> bool:
