@@ -499,6 +499,13 @@ MUTATIONS: tuple[Mutation, ...] = (
                                 "rows = e * N + tl.minimum(i_r, N - 1).to(tl.int64)  # clamp",
                                 "rows = tl.minimum(i_r, N - 1).to(tl.int64)  # clamp"),),
              ("tests/runtime/kernels/test_moe_gemv_path.py::test_only_the_chosen_experts_are_read",)),
+    Mutation("expert-sort-no-host-read", "17", "the MoE prefill's expert sort reads nothing back to the host "
+             "(torch.bincount read the ids' min and max, twice a layer)",
+             (("runtime/kernels/moe_experts/kernel.py", "    counts = torch.zeros(n_expert, dtype=torch.long, "
+               "device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))",
+               "    counts = torch.bincount(flat, minlength=n_expert)"),),
+             ("tests/runtime/kernels/test_moe.py::test_sort_by_expert_never_reads_back_to_the_host",
+              "tests/runtime/triton/test_moe_engine.py::test_moe_prefill_ffn_reads_nothing_back_to_the_host")),
     Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
              (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
              ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),

@@ -154,6 +154,29 @@ def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
             torch.cuda.empty_cache()
 
 
+def prefill_tile(eng, name: str, lengths: list[int], runs: int) -> dict:
+    """One grouped-GEMM tile of the MoE prefill (GroupedTile name, e.g. bm16bn64w4): the first length's last logits
+    against the engine's own tile's on the same prompt, then pp at every length; the engine's tile after."""
+    from runtime.kernels.moe_experts import GroupedTile
+
+    tile = GroupedTile.parse(name)
+    ids = torch.randint(0, eng.config.vocab_size, (lengths[0],), generator=torch.Generator().manual_seed(lengths[0]))
+    eng.grouped_tile = None
+    eng.reset()
+    want = eng.prefill(ids).float()
+    eng.grouped_tile = tile
+    try:
+        eng.reset()
+        got = eng.prefill(ids).float()
+        out = {"tile": vars(tile), "logits_rel_vs_default": rel(got, want),
+               "argmax_equal": bool(int(got.argmax()) == int(want.argmax()))}
+        for n in lengths:
+            out[f"pp{n}"] = time_prefill(eng, n, runs)
+        return out
+    finally:
+        eng.grouped_tile = None
+
+
 def time_prefill(eng, n: int, runs: int) -> dict:
     ids = torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
     eng.reset()
@@ -184,6 +207,8 @@ def main(argv=None) -> int:
                     help="time the file --work already holds (its sha256 read from it), else make it")
     ap.add_argument("--variants", default="", help="comma list of decode variants DENSE+EXPERT to time after the "
                     "default (see time_variant), e.g. x8q6_4x2w1+s16d16w4split")
+    ap.add_argument("--prefill-tiles", default="", help="comma list of MoE prefill grouped-GEMM tiles to time at "
+                    "every --prefill length (GroupedTile names, e.g. bm16bn64w4,bm32bn64w4)")
     ap.add_argument("--ref-positions", type=int, default=128,
                     help="positions of the fp32-reference KL check (weights made on use); 0 = none")
     args = ap.parse_args(argv)
@@ -257,6 +282,9 @@ def main(argv=None) -> int:
         step(f"pp{n}", lambda n=int(n): time_prefill(eng, n, args.runs))
     for v in filter(None, args.variants.split(",")):
         step(f"variant {v}", lambda v=v: time_variant(eng, model, v, max_ctx, args))
+    lengths = [int(n) for n in args.prefill.split(",")]
+    for t in filter(None, args.prefill_tiles.split(",")):
+        step(f"prefill tile {t}", lambda t=t: prefill_tile(eng, t, lengths, args.runs))
     r["finished"] = _now()
     rec.save()
     print("receipt:", rec.path)
@@ -269,6 +297,11 @@ def main(argv=None) -> int:
         tg, rc = got.get("tg128@0"), got.get("reference_check") or {}
         print(f"{v:>32}: " + (f"tg128 {tg['median']:.1f} tok/s, KL {rc.get('kl_mean', float('nan')):.2e} "
                               f"top-1 {rc.get('top1', float('nan')):.3f}" if tg else "not measured"))
+    for t in filter(None, args.prefill_tiles.split(",")):
+        got = r.get(f"prefill tile {t}") or {}
+        print(f"{t:>32}: " + (", ".join(f"pp{n} {got[f'pp{n}']['median']:.0f}" for n in lengths if f"pp{n}" in got)
+                              + f" tok/s, logits rel {got.get('logits_rel_vs_default', float('nan')):.1e}"
+                              if got else "not measured"))
     return 0
 
 

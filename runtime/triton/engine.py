@@ -23,7 +23,7 @@ from ..gguf import GGUFModel, load_gguf
 from ..kernels.argmax import argmax_to
 from ..kernels.attn_decode import AttnConfig, default_n_split
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable
-from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
+from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile, GroupedTile
 from .decode import DecodeBuffers, DecodeState, DecodeStep, GraphRunner
 from .weights import DeviceWeights
 
@@ -36,7 +36,8 @@ class TritonEngine:
     def __init__(self, model: GGUFModel, device="cuda", max_context: int = 32768, *, use_graph: bool | None = None,
                  gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  n_split: int | None = None, gdn_block_v: int | None = None, gdn_pdl: bool | None = None,
-                 pdl: bool = False, expert_tile: ExpertTile = DEFAULT_EXPERT_TILE):
+                 pdl: bool = False, expert_tile: ExpertTile = DEFAULT_EXPERT_TILE,
+                 grouped_tile: GroupedTile | None = None):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available")
@@ -60,6 +61,7 @@ class TritonEngine:
         self.bufs = DecodeBuffers(self.config, self.max_context, dev, n_split)
         self.step = DecodeStep(self.weights, self.state, self.bufs, gemv_config=gemv_config, attn_config=attn_config,
                                gdn_block_v=gdn_block_v, gdn_pdl=gdn_pdl, pdl=pdl, expert_tile=expert_tile)
+        self.grouped_tile = grouped_tile  # the MoE prefill's grouped GEMM; None: by the token count
         self.use_graph = (dev.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and dev.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")

@@ -65,7 +65,7 @@ def prefill_ffn(engine, p: str, xn: torch.Tensor, h: torch.Tensor, act: torch.Te
     ids, weights = moe_route(logits, cfg.n_expert_used)
     g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
     routed = grouped_experts(xn, ids, weights, g.data, g.qtype, u.data, u.qtype, d.data, d.qtype,
-                             cfg.n_expert, cfg.d_ffn_exp)
+                             cfg.n_expert, cfg.d_ffn_exp, tile=engine.grouped_tile)
     sg, su, sd = mat[p + "ffn_gate_shexp.weight"], mat[p + "ffn_up_shexp.weight"], mat[p + "ffn_down_shexp.weight"]
     qgemm_swiglu(xn, sg.data, sg.qtype, su.data, su.qtype, sg.cols, out=act)
     shared = qgemm(act, sd.data, sd.qtype, sd.cols)

@@ -17,7 +17,7 @@ Prefill (grouped GEMM over token-sorted experts):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -234,19 +234,18 @@ class ExpertSort:
 
 
 def sort_by_expert(ids: torch.Tensor, n_expert: int, bm: int) -> ExpertSort:
-    """Device-only (no .item()): P = bm * ceil((T*k + E*(bm-1)) / bm) rows is a static upper bound."""
+    """Device-only, no host sync: P = bm * ceil((T*k + E*(bm-1)) / bm) rows is a static upper bound. (torch.bincount
+    is not used: on CUDA it reads the ids' min and max back to the host, two syncs per MoE layer of a prefill.)"""
     flat = ids.reshape(-1).long()
     n = flat.numel()
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=n_expert)
+    e_sorted, order = torch.sort(flat, stable=True)
+    counts = torch.zeros(n_expert, dtype=torch.long, device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + bm - 1) // bm * bm
     pend = torch.cumsum(padded, 0)
     pstart, start = pend - padded, torch.cumsum(counts, 0) - counts
-    e_sorted = flat[order]
-    pos = pstart[e_sorted] + torch.arange(n, device=ids.device) - start[e_sorted]
+    pos = pstart.gather(0, e_sorted) + torch.arange(n, device=ids.device) - start.gather(0, e_sorted)
     n_rows = -(-(n + n_expert * (bm - 1)) // bm) * bm
-    slot_of_row = torch.full((n_rows,), -1, dtype=torch.int32, device=ids.device)
-    slot_of_row[pos] = order.to(torch.int32)
+    slot_of_row = torch.full((n_rows,), -1, dtype=torch.int32, device=ids.device).scatter_(0, pos, order.to(torch.int32))
     tiles = torch.arange(n_rows // bm, device=ids.device) * bm
     tile_expert = torch.searchsorted(pend, tiles, right=True).to(torch.int32)
     return ExpertSort(slot_of_row, tile_expert, bm)
@@ -312,25 +311,53 @@ def _grouped_down_kernel(p_act, p_slot, p_tile_e, p_w, p_d, p_y, E, N, K, stride
     tl.store(p_y + s64[:, None] * N + offs_n[None, :], acc * w[:, None], mask=mask_m[:, None] & mask_n[None, :])
 
 
-def _gemm_tiles(n_tokens: int) -> tuple[int, int, int]:
-    """(BM, BN, num_warps). Rows per expert are ~T*k/E, so a small BM wastes less padding."""
+@dataclass(frozen=True)
+class GroupedTile:
+    """Prefill grouped-GEMM tile: BM slot rows (each expert's group is padded to a multiple), BN columns, warps."""
+
+    bm: int = 64
+    bn: int = 64
+    num_warps: int = 4
+
+    def __post_init__(self):
+        for v in (self.bm, self.bn):
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"GroupedTile: bm and bn must be powers of two >= 16 (tl.dot), got {v}")
+
+    @classmethod
+    def parse(cls, name: str) -> "GroupedTile":
+        """'bm16bn64w4': the benches' names for a tile."""
+        m = re.fullmatch(r"bm(\d+)bn(\d+)w(\d+)", name)
+        if not m:
+            raise ValueError(f"grouped tile {name!r}: expected bm<rows>bn<cols>w<warps>, e.g. bm16bn64w4")
+        return cls(int(m[1]), int(m[2]), int(m[3]))
+
+
+def _gemm_tiles(n_tokens: int) -> GroupedTile:
+    """Rows per expert are ~T*k/E, so a small BM wastes less padding."""
     if interpreting():
-        return 16, 64, 1
-    return (16, 64, 4) if n_tokens <= 256 else (64, 64, 4)
+        return GroupedTile(16, 64, 1)
+    return GroupedTile(16, 64, 4) if n_tokens <= 256 else GroupedTile(64, 64, 4)
 
 
 def grouped_experts(x, ids, weights, gate, gate_type, up, up_type, down, down_type, n_expert: int, n_ff: int,
-                    sort: ExpertSort | None = None) -> torch.Tensor:
-    """[T, d] normed input (bf16 or fp32) -> fp32 [T, d] = Σ_j weights[t, j] expert_{ids[t, j]}(x[t])."""
+                    sort: ExpertSort | None = None, tile: GroupedTile | None = None) -> torch.Tensor:
+    """[T, d] normed input (bf16 or fp32) -> fp32 [T, d] = Σ_j weights[t, j] expert_{ids[t, j]}(x[t]).
+
+    tile: None = by the token count (_gemm_tiles); a `sort` given must be padded to its bm."""
     t, d = x.shape
     k = ids.shape[1]
     for w, rows, what in ((gate, n_ff, "gate_exps"), (up, n_ff, "up_exps"), (down, d, "down_exps")):
         _check_stack(w, rows, what)
     if d % TILE_K or n_ff % TILE_K or x.stride(1) != 1:
         raise ValueError(f"grouped_experts: d {d} and width {n_ff} must be multiples of {TILE_K}")
-    bm, bn, nw = _gemm_tiles(t)
+    if tile is None:
+        tile = _gemm_tiles(t) if sort is None else replace(_gemm_tiles(t), bm=sort.bm)
     if sort is None:
-        sort = sort_by_expert(ids, n_expert, bm)
+        sort = sort_by_expert(ids, n_expert, tile.bm)
+    elif sort.bm != tile.bm:
+        raise ValueError(f"grouped_experts: the sort is padded to {sort.bm} rows, the tile has bm {tile.bm}")
+    bn, nw = tile.bn, tile.num_warps
     n_tiles = sort.n_rows // sort.bm
     act = torch.empty(sort.n_rows, n_ff, dtype=torch.bfloat16, device=x.device)
     flags = dot_flags()["DOT_BF16"]

@@ -53,3 +53,45 @@ def test_a_default_expert_part_is_the_engines_default_tile():
 
     assert moe.expert_tile("default") == moe.expert_tile("") == DEFAULT_EXPERT_TILE
     assert moe.expert_tile("s16d32w4split") == ExpertTile(16, 32, True, 4)
+
+
+class FakeEngine:
+    """Records which grouped tile each prefill ran with; logits differ by tile so the comparison is visible."""
+
+    def __init__(self, fail_at=None):
+        from types import SimpleNamespace
+
+        import torch
+
+        self.config, self.grouped_tile, self.ran, self.fail_at, self.torch = SimpleNamespace(vocab_size=50), None, [], \
+            fail_at, torch
+
+    def reset(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def prefill(self, ids):
+        self.ran.append((len(ids), self.grouped_tile))
+        if self.fail_at is not None and len(self.ran) == self.fail_at:
+            raise RuntimeError("out of resources")
+        logits = self.torch.zeros(50)
+        logits[3] = 1.0 + (0.01 if self.grouped_tile else 0.0)
+        return logits
+
+
+def test_a_prefill_tile_is_compared_with_the_engines_own_and_never_left_behind():
+    from runtime.kernels.moe_experts import GroupedTile
+
+    eng = FakeEngine()
+    out = moe.prefill_tile(eng, "bm16bn64w4", [8, 16], runs=2)
+    assert eng.ran[0] == (8, None) and all(t == GroupedTile(16, 64, 4) for _, t in eng.ran[1:])
+    assert out["argmax_equal"] and 0 < out["logits_rel_vs_default"] < 0.02 and {"pp8", "pp16"} <= set(out)
+    assert eng.grouped_tile is None
+    failing = FakeEngine(fail_at=3)
+    with pytest.raises(RuntimeError):
+        moe.prefill_tile(failing, "bm32bn64w4", [8], runs=2)
+    assert failing.grouped_tile is None  # the default tile again for whatever the bench times next
+    with pytest.raises(ValueError, match="grouped tile"):
+        moe.prefill_tile(FakeEngine(), "16x64", [8], runs=1)

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from runtime.gguf.types import GGMLType
-from runtime.kernels.moe_experts import (ExpertTile, experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
-                                         experts_swiglu_gemv_naive, grouped_experts, grouped_experts_naive,
-                                         sort_by_expert)
+from runtime.kernels.moe_experts import (ExpertTile, GroupedTile, experts_down_gemv, experts_down_gemv_naive,
+                                         experts_swiglu_gemv, experts_swiglu_gemv_naive, grouped_experts,
+                                         grouped_experts_naive, sort_by_expert)
 from runtime.kernels.moe_route import moe_route, moe_route_naive
 from runtime.triton.weights import random_qweight
 
@@ -33,6 +33,36 @@ def test_route_reads_strided_rows_and_all_experts(device):
 
 def _stack(qtype, n_expert, rows, cols, device, seed):
     return random_qweight(qtype, n_expert * rows, cols, device, seed=seed)
+
+
+# torch ops that read a device value back to the host (a sync on CUDA), as far as the MoE prefill could use them
+HOST_READS = {"item", "tolist", "cpu", "numpy", "nonzero", "bincount", "unique", "masked_select", "__bool__",
+              "__int__", "__float__", "__index__", "repeat_interleave", "unique_consecutive", "histc"}
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in HOST_READS or (name == "__getitem__" and len(args) > 1 and isinstance(args[1], torch.Tensor)
+                                  and args[1].dtype == torch.bool):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_sort_by_expert_never_reads_back_to_the_host(device):
+    """It runs once per MoE layer of every prefill: a host read there stalls the launch queue 40 times a prompt."""
+    ids = torch.tensor([[2, 0], [2, 1], [0, 2]], dtype=torch.int32, device=device)
+    with HostReads() as mode:
+        s = sort_by_expert(ids, 4, 4)
+    assert mode.seen == []
+    with HostReads() as mode:  # the detector sees the op it must (what sort_by_expert once called)
+        torch.bincount(ids.reshape(-1).long(), minlength=4)
+    assert mode.seen == ["bincount"]
+    assert s.slot_of_row.cpu().tolist()[:4] == [1, 4, -1, -1]
 
 
 @pytest.mark.parametrize("gt, dt, tile", [(GGMLType.Q4_K, GGMLType.Q6_K, ExpertTile()),
@@ -105,8 +135,9 @@ def test_sort_by_expert_groups_and_pads(device):
     assert len(rows) == 4 * -(-(6 + 4 * 3) // 4)
 
 
-@pytest.mark.parametrize("gt, dt", [(GGMLType.Q4_K, GGMLType.Q6_K), (GGMLType.BF16, GGMLType.Q8_0)])
-def test_grouped_prefill_matches_twin(device, gt, dt):
+@pytest.mark.parametrize("gt, dt, tile", [(GGMLType.Q4_K, GGMLType.Q6_K, None), (GGMLType.BF16, GGMLType.Q8_0, None),
+                                          (GGMLType.Q4_K, GGMLType.Q6_K, GroupedTile(32, 32, 1))])
+def test_grouped_prefill_matches_twin(device, gt, dt, tile):
     d, ff, t, k = 256, 256, 21, 3
     gate, up = _stack(gt, E, ff, d, device, 5), _stack(gt, E, ff, d, device, 6)
     down = _stack(dt, E, d, ff, device, 7)
@@ -115,8 +146,21 @@ def test_grouped_prefill_matches_twin(device, gt, dt):
     logits = torch.randn(t, E, generator=g).to(device)
     logits[:, 2] += 3  # one hot expert: a group longer than one row tile
     ids, w = moe_route(logits, k)
-    got = grouped_experts(x, ids, w, gate.data, gt, up.data, gt, down.data, dt, E, ff)
+    got = grouped_experts(x, ids, w, gate.data, gt, up.data, gt, down.data, dt, E, ff, tile=tile)
     want = grouped_experts_naive(x, ids, w, gate.data, gt, up.data, gt, down.data, dt, ff)
     rel = (got - want).norm() / want.norm()
     assert rel < 2e-2, rel  # bf16 operands in the dots, fp32 accumulation
     assert rel > 0 or device == "cpu"
+
+
+def test_grouped_tiles_are_checked_and_parsed(device):
+    assert GroupedTile.parse("bm16bn64w4") == GroupedTile(16, 64, 4)
+    for bad in (lambda: GroupedTile(8), lambda: GroupedTile(48), lambda: GroupedTile.parse("16x64")):
+        with pytest.raises(ValueError):
+            bad()
+    ids = torch.zeros(2, 1, dtype=torch.int32, device=device)
+    x = torch.zeros(2, 256, device=device)
+    gate = _stack(GGMLType.Q4_K, E, 256, 256, device, 1)
+    with pytest.raises(ValueError, match="padded to 16 rows"):  # a sort made for another tile is refused
+        grouped_experts(x, ids, torch.ones(2, 1, device=device), gate.data, GGMLType.Q4_K, gate.data, GGMLType.Q4_K,
+                        gate.data, GGMLType.Q4_K, E, 256, sort=sort_by_expert(ids, E, 16), tile=GroupedTile(32, 64))

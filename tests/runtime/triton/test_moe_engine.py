@@ -142,3 +142,20 @@ def test_reference_made_on_use_reads_the_moe_tensors_in_the_references_shapes(ti
     assert "blk.0.ffn_gate_inp_shexp.weight" in small
     for name in small:
         assert torch.allclose(lazy[name].cpu(), w[name], rtol=1e-5, atol=1e-6), name
+
+
+def test_moe_prefill_ffn_reads_nothing_back_to_the_host(tiny_moe, device):
+    """It runs in each of the 40 layers of an eager MoE prefill (the dense layers' prefill is a CUDA graph, which
+    a host read could not be captured into): a read there stalls the launch queue every layer. torch.bincount in
+    the expert sort read the ids' min and max, twice a layer."""
+    from tests.runtime.kernels.test_moe import HostReads
+
+    model, w = tiny_moe
+    cfg = model.config
+    eng = load_triton_engine(model, device=device, max_context=16, use_graph=False)
+    h = _layer_input(cfg, 4, 3).to(device)
+    xn = rms_norm_ref(h.cpu(), w["blk.1.post_attention_norm.weight"], cfg.rms_eps).to(device).to(torch.bfloat16)
+    act = torch.empty(4, cfg.d_ffn_shexp, device=device, dtype=torch.bfloat16)
+    with HostReads() as mode:
+        prefill_ffn(eng, "blk.1.", xn, h, act)
+    assert mode.seen == []
