@@ -20,7 +20,7 @@
 #   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call;
 #                                            # the routed experts on the dense GEMV paths (moe_experts/gemv_path.py):
 #     MOE_VARIANTS=default+s16d16w4split-words,default+s16d16w4split-x8,default+s16d16w4split-x8q6,default+s32d16w4split-x8,default+s16d16w8split-x8bb4
-#     MOE_PREFILL_TILES=bm16bn64w4,bm32bn64w4,bm16bn128w4  # pp512's grouped GEMM pads ~16 rows an expert to 64
+#     MOE_PREFILL_VARIANTS=graph,bm16bn64w4,graph+bm16bn64w4,bm32bn64w4  # eager, ~16 rows an expert padded to 64
 #   bash bench/device/pending.sh experts     # issue 17: routed-expert tiles (tile path vs the dense GEMV paths) at the
 #                                            # 35B-A3B's shapes on random stacks: no 21 GB file, ~1-2 min
 #   bash bench/device/pending.sh moetiles    # issue 17: the MoE's dense GEMV shapes swept, that table end to end, profile
@@ -197,7 +197,7 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     # GEMV tiles for the MoE's never-swept shapes, routed-expert tiles: 158.8 vs llama.cpp's 242.5 tok/s on an H100,
     # decode-profile-35b-a3b-q4_k_m-20261205T180558Z.json: expert GEMVs 4.0 of 6.3 ms at ~64-128 programs)
     timeout $(( $(left) - 20 )) python3 bench/runtime/moe.py --reuse --out "$OUT" --work /var/tmp/moe --runs 3 \
-      --variants "${MOE_VARIANTS:-}" --prefill-tiles "${MOE_PREFILL_TILES:-}" > "$OUT/moe.log" 2>&1
+      --variants "${MOE_VARIANTS:-}" --prefill-variants "${MOE_PREFILL_VARIANTS:-}" > "$OUT/moe.log" 2>&1
     tail -${MOE_TAIL:-6} "$OUT/moe.log"
     [ "$(left)" -gt 90 ] || continue  # where a MoE decode token goes
     mkdir -p .cache/bench && ln -sf "$f" .cache/bench/qwen35-35b-a3b-q4_k_m-seed0.gguf

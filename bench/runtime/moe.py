@@ -154,27 +154,32 @@ def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
             torch.cuda.empty_cache()
 
 
-def prefill_tile(eng, name: str, lengths: list[int], runs: int) -> dict:
-    """One grouped-GEMM tile of the MoE prefill (GroupedTile name, e.g. bm16bn64w4): the first length's last logits
-    against the engine's own tile's on the same prompt, then pp at every length; the engine's tile after."""
+def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
+    """One MoE prefill variant: "+"-joined parts, each "graph" (the whole prefill replayed from a CUDA graph) or a
+    grouped-GEMM tile (GroupedTile name, e.g. bm16bn64w4). The first length's last logits against the engine's own
+    eager prefill on the same prompt, then pp at every length; the engine's own settings after, even on error."""
     from runtime.kernels.moe_experts import GroupedTile
 
-    tile = GroupedTile.parse(name)
+    parts = name.split("+")
+    tiles = [GroupedTile.parse(p) for p in parts if p != "graph"]
+    if len(tiles) > 1:
+        raise ValueError(f"prefill variant {name!r}: at most one grouped tile")
     ids = torch.randint(0, eng.config.vocab_size, (lengths[0],), generator=torch.Generator().manual_seed(lengths[0]))
-    eng.grouped_tile = None
+    eng.grouped_tile, eng.moe_prefill_graphs = None, False
     eng.reset()
     want = eng.prefill(ids).float()
-    eng.grouped_tile = tile
+    eng.grouped_tile, eng.moe_prefill_graphs = (tiles or [None])[0], "graph" in parts
     try:
-        eng.reset()
-        got = eng.prefill(ids).float()
-        out = {"tile": vars(tile), "logits_rel_vs_default": rel(got, want),
-               "argmax_equal": bool(int(got.argmax()) == int(want.argmax()))}
+        out = {"grouped_tile": vars(eng.grouped_tile) if eng.grouped_tile else None, "graph": eng.moe_prefill_graphs}
+        for i in range(2):  # a graph's first sighting runs eagerly and captures; the second replays
+            eng.reset()
+            got = eng.prefill(ids).float()
+        out.update(logits_rel_vs_default=rel(got, want), argmax_equal=bool(int(got.argmax()) == int(want.argmax())))
         for n in lengths:
             out[f"pp{n}"] = time_prefill(eng, n, runs)
         return out
     finally:
-        eng.grouped_tile = None
+        eng.grouped_tile, eng.moe_prefill_graphs = None, False
 
 
 def time_prefill(eng, n: int, runs: int) -> dict:
@@ -207,8 +212,8 @@ def main(argv=None) -> int:
                     help="time the file --work already holds (its sha256 read from it), else make it")
     ap.add_argument("--variants", default="", help="comma list of decode variants DENSE+EXPERT to time after the "
                     "default (see time_variant), e.g. x8q6_4x2w1+s16d16w4split")
-    ap.add_argument("--prefill-tiles", default="", help="comma list of MoE prefill grouped-GEMM tiles to time at "
-                    "every --prefill length (GroupedTile names, e.g. bm16bn64w4,bm32bn64w4)")
+    ap.add_argument("--prefill-variants", default="", help="comma list of MoE prefill variants to time at every "
+                    "--prefill length: graph, a GroupedTile name (bm16bn64w4), or both (graph+bm16bn64w4)")
     ap.add_argument("--ref-positions", type=int, default=128,
                     help="positions of the fp32-reference KL check (weights made on use); 0 = none")
     args = ap.parse_args(argv)
@@ -283,8 +288,8 @@ def main(argv=None) -> int:
     for v in filter(None, args.variants.split(",")):
         step(f"variant {v}", lambda v=v: time_variant(eng, model, v, max_ctx, args))
     lengths = [int(n) for n in args.prefill.split(",")]
-    for t in filter(None, args.prefill_tiles.split(",")):
-        step(f"prefill tile {t}", lambda t=t: prefill_tile(eng, t, lengths, args.runs))
+    for t in filter(None, args.prefill_variants.split(",")):
+        step(f"prefill variant {t}", lambda t=t: prefill_variant(eng, t, lengths, args.runs))
     r["finished"] = _now()
     rec.save()
     print("receipt:", rec.path)
@@ -297,8 +302,8 @@ def main(argv=None) -> int:
         tg, rc = got.get("tg128@0"), got.get("reference_check") or {}
         print(f"{v:>32}: " + (f"tg128 {tg['median']:.1f} tok/s, KL {rc.get('kl_mean', float('nan')):.2e} "
                               f"top-1 {rc.get('top1', float('nan')):.3f}" if tg else "not measured"))
-    for t in filter(None, args.prefill_tiles.split(",")):
-        got = r.get(f"prefill tile {t}") or {}
+    for t in filter(None, args.prefill_variants.split(",")):
+        got = r.get(f"prefill variant {t}") or {}
         print(f"{t:>32}: " + (", ".join(f"pp{n} {got[f'pp{n}']['median']:.0f}" for n in lengths if f"pp{n}" in got)
                               + f" tok/s, logits rel {got.get('logits_rel_vs_default', float('nan')):.1e}"
                               if got else "not measured"))

@@ -73,7 +73,7 @@ class FakeEngine:
         pass
 
     def prefill(self, ids):
-        self.ran.append((len(ids), self.grouped_tile))
+        self.ran.append((len(ids), self.grouped_tile, getattr(self, "moe_prefill_graphs", False)))
         if self.fail_at is not None and len(self.ran) == self.fail_at:
             raise RuntimeError("out of resources")
         logits = self.torch.zeros(50)
@@ -81,17 +81,19 @@ class FakeEngine:
         return logits
 
 
-def test_a_prefill_tile_is_compared_with_the_engines_own_and_never_left_behind():
+def test_a_prefill_variant_is_compared_with_the_engines_own_and_never_left_behind():
     from runtime.kernels.moe_experts import GroupedTile
 
     eng = FakeEngine()
-    out = moe.prefill_tile(eng, "bm16bn64w4", [8, 16], runs=2)
-    assert eng.ran[0] == (8, None) and all(t == GroupedTile(16, 64, 4) for _, t in eng.ran[1:])
+    out = moe.prefill_variant(eng, "graph+bm16bn64w4", [8, 16], runs=2)
+    assert eng.ran[0] == (8, None, False)  # the reference: the engine's own eager prefill
+    assert all(t == GroupedTile(16, 64, 4) and g for _, t, g in eng.ran[1:])
     assert out["argmax_equal"] and 0 < out["logits_rel_vs_default"] < 0.02 and {"pp8", "pp16"} <= set(out)
-    assert eng.grouped_tile is None
+    assert eng.grouped_tile is None and eng.moe_prefill_graphs is False
     failing = FakeEngine(fail_at=3)
     with pytest.raises(RuntimeError):
-        moe.prefill_tile(failing, "bm32bn64w4", [8], runs=2)
+        moe.prefill_variant(failing, "bm32bn64w4", [8], runs=2)
     assert failing.grouped_tile is None  # the default tile again for whatever the bench times next
-    with pytest.raises(ValueError, match="grouped tile"):
-        moe.prefill_tile(FakeEngine(), "16x64", [8], runs=1)
+    for bad in ("16x64", "bm16bn64w4+bm32bn64w4"):
+        with pytest.raises(ValueError, match="grouped tile"):
+            moe.prefill_variant(FakeEngine(), bad, [8], runs=1)
