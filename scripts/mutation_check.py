@@ -506,6 +506,14 @@ MUTATIONS: tuple[Mutation, ...] = (
                "    counts = torch.bincount(flat, minlength=n_expert)"),),
              ("tests/runtime/kernels/test_moe.py::test_sort_by_expert_never_reads_back_to_the_host",
               "tests/runtime/triton/test_moe_engine.py::test_moe_prefill_ffn_reads_nothing_back_to_the_host")),
+    Mutation("folded-shared-expert-gated", "17", "a shared expert folded into the expert launches is weighed by "
+             "sigmoid of its gate logit", (("runtime/kernels/moe_experts/gemv_path.py",
+                                            "        w = tl.sigmoid(tl.load(p_slogit))", "        w = tl.load(p_slogit)"),),
+             ("tests/runtime/kernels/test_moe_gemv_path.py::test_the_shared_expert_folds_in_as_the_last_slot",)),
+    Mutation("folded-shared-expert-summed", "17", "the split down launch's sum adds the folded shared expert's part",
+             (("runtime/kernels/moe_experts/kernel.py", "d, KSEL=slots, HAS_SHARED=has_shared", "d, KSEL=k, "
+               "HAS_SHARED=has_shared"),),
+             ("tests/runtime/kernels/test_moe_gemv_path.py::test_the_shared_expert_folds_in_as_the_last_slot",)),
     Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
              (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
              ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),

@@ -19,7 +19,7 @@
 #   bash bench/device/pending.sh gemm512     # issue 17: pp512/pp1024 with the tile GEMM vs dequantize+cuBLAS
 #   bash bench/device/pending.sh moe         # issue 17: 35B-A3B tg128/pp512/pp4096 vs llama.cpp, same file and call;
 #                                            # the routed experts on the dense GEMV paths (moe_experts/gemv_path.py):
-#     MOE_VARIANTS=default+s16d16w4split-words,default+s16d16w4split-x8,default+s16d16w4split-x8q6,default+s32d16w4split-x8,default+s16d16w8split-x8bb4
+#     MOE_VARIANTS=default+s16d16w4split-words,default+s16d16w4split-x8,default+s16d16w4split-x8q6,default+s16d16w4split-x8-shared,default+s16d16w4split-x8q6-shared,default+s32d16w4split-x8
 #     MOE_PREFILL_VARIANTS=graph,bm16bn64w4,graph+bm16bn64w4,bm32bn64w4  # eager, ~16 rows an expert padded to 64
 #   bash bench/device/pending.sh experts     # issue 17: routed-expert tiles (tile path vs the dense GEMV paths) at the
 #                                            # 35B-A3B's shapes on random stacks: no 21 GB file, ~1-2 min

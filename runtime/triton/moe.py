@@ -26,13 +26,13 @@ class MoeDecodeBuffers:
         self.logits = torch.zeros(cfg.n_expert + 1, **f32)  # router logits | shared-expert gate logit
         self.ids = torch.zeros(1, cfg.n_expert_used, dtype=torch.int32, device=device)
         self.weights = torch.zeros(1, cfg.n_expert_used, **f32)
-        self.act = torch.zeros(cfg.n_expert_used, cfg.d_ffn_exp, **f32)
+        self.act = torch.zeros(cfg.n_expert_used + 1, cfg.d_ffn_exp, **f32)  # + the folded shared expert's row
         self.shared_act = torch.zeros(cfg.d_ffn_shexp, **f32)
         self.shared = torch.zeros(cfg.d_model, **f32)
-        self.part = torch.zeros(cfg.n_expert_used, cfg.d_model, **f32)  # a split down launch's per-slot sums
+        self.part = torch.zeros(cfg.n_expert_used + 1, cfg.d_model, **f32)  # a split down launch's per-slot sums
         # the int8-x expert paths' quantized input and activation rows (static addresses for the CUDA graph)
         self.q8_x = Q8Vector.empty(cfg.d_model, device)
-        self.q8_act = Q8Vector.empty(cfg.n_expert_used * cfg.d_ffn_exp, device)
+        self.q8_act = Q8Vector.empty((cfg.n_expert_used + 1) * cfg.d_ffn_exp, device)
 
 
 def decode_ffn(step, p: str) -> None:
@@ -44,15 +44,25 @@ def decode_ffn(step, p: str) -> None:
     gemv(h, [mat[p + "ffn_gate_inp.weight"], mat[p + "ffn_gate_inp_shexp.weight"]], mb.logits,
          norm_weight=norm, eps=cfg.rms_eps, config=gc, q8=b.q8)
     moe_route(mb.logits[: cfg.n_expert].view(1, -1), cfg.n_expert_used, ids=mb.ids, weights=mb.weights)
-    gemv(h, [mat[p + "ffn_gate_shexp.weight"], mat[p + "ffn_up_shexp.weight"]], mb.shared_act,
-         norm_weight=norm, eps=cfg.rms_eps, swiglu=True, config=gc, q8=b.q8)
-    gemv(mb.shared_act, [mat[p + "ffn_down_shexp.weight"]], mb.shared, config=gc, q8=b.q8)
     g, u, d = mat[p + "ffn_gate_exps.weight"], mat[p + "ffn_up_exps.weight"], mat[p + "ffn_down_exps.weight"]
-    et = step.expert_tile
-    experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, mb.ids[0], cfg.d_ffn_exp, mb.act,
+    sg, su, sd = mat[p + "ffn_gate_shexp.weight"], mat[p + "ffn_up_shexp.weight"], mat[p + "ffn_down_shexp.weight"]
+    et, k = step.expert_tile, cfg.n_expert_used
+    ids, weights, slogit = mb.ids[0], mb.weights[0], mb.logits[cfg.n_expert:]
+    if et.fold_shared:  # the shared expert as slot k of both expert launches: two launches fewer a layer
+        if cfg.d_ffn_shexp != cfg.d_ffn_exp:
+            raise ValueError(f"ExpertTile.fold_shared: the shared expert's width {cfg.d_ffn_shexp} is not the routed "
+                             f"experts' {cfg.d_ffn_exp}")
+        experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids, cfg.d_ffn_exp, mb.act,
+                            tile=et, q8=mb.q8_x, shared=(sg.data, sg.qtype, su.data, su.qtype))
+        experts_down_gemv(mb.act, d.data, d.qtype, ids, weights, h, h, shared_logit=slogit, tile=et, part=mb.part,
+                          q8=mb.q8_act, shared_down=(sd.data, sd.qtype))
+        return
+    gemv(h, [sg, su], mb.shared_act, norm_weight=norm, eps=cfg.rms_eps, swiglu=True, config=gc, q8=b.q8)
+    gemv(mb.shared_act, [sd], mb.shared, config=gc, q8=b.q8)
+    experts_swiglu_gemv(h, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids, cfg.d_ffn_exp, mb.act[:k],
                         tile=et, q8=mb.q8_x)
-    experts_down_gemv(mb.act, d.data, d.qtype, mb.ids[0], mb.weights[0], h, h, shared=mb.shared,
-                      shared_logit=mb.logits[cfg.n_expert:], tile=et, part=mb.part, q8=mb.q8_act)
+    experts_down_gemv(mb.act[:k], d.data, d.qtype, ids, weights, h, h, shared=mb.shared, shared_logit=slogit,
+                      tile=et, part=mb.part[:k], q8=mb.q8_act)
 
 
 def prefill_ffn(engine, p: str, xn: torch.Tensor, h: torch.Tensor, act: torch.Tensor) -> None:

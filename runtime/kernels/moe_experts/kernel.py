@@ -129,6 +129,7 @@ class ExpertTile:
     num_warps: int = 4
     path: str = "tile"
     block_b: int = 2
+    fold_shared: bool = False  # the shared expert as one more slot of both launches (dense GEMV paths only)
 
     def __post_init__(self):
         for bn in (self.bn_swiglu, self.bn_down, self.block_b):
@@ -136,15 +137,18 @@ class ExpertTile:
                 raise ValueError(f"ExpertTile: rows per program and blocks per step must be powers of two, got {bn}")
         if self.path not in ("tile",) + PATHS:
             raise ValueError(f"ExpertTile: path {self.path!r} is not one of {('tile',) + PATHS}")
+        if self.fold_shared:
+            _no_fold_on_tile_path(self, "ExpertTile")
 
     @classmethod
     def parse(cls, name: str) -> "ExpertTile":
-        """'s32d32w4' (fused down), 's16d32w4split', 's16d16w4split-x8bb2': the benches' names for a tile."""
-        m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?(?:-(bytes|words|x8q6|x8)(?:bb(\d+))?)?", name)
+        """'s32d32w4' (fused down), 's16d32w4split', 's16d16w4split-x8bb2', 's16d16w4split-x8-shared': the benches'
+        names for a tile."""
+        m = re.fullmatch(r"s(\d+)d(\d+)w(\d+)(split)?(?:-(bytes|words|x8q6|x8)(?:bb(\d+))?)?(-shared)?", name)
         if not m:
-            raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split][-<path>[bb<blocks>]], "
-                             "e.g. s16d32w4split or s16d16w4split-x8bb2")
-        return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]), m[5] or "tile", int(m[6] or 2))
+            raise ValueError(f"expert tile {name!r}: expected s<rows>d<rows>w<warps>[split][-<path>[bb<blocks>]]"
+                             "[-shared], e.g. s16d32w4split or s16d16w4split-x8bb2-shared")
+        return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]), m[5] or "tile", int(m[6] or 2), bool(m[7]))
 
 
 # 35B-A3B tg128 on an H100, same call: fused 32-row launches 158.6 tok/s, this 228.7 (64 -> 1024 programs for the
@@ -161,20 +165,35 @@ def _check_stack(w: torch.Tensor, rows: int, what: str) -> None:
         raise ValueError(f"{what}: expected a contiguous [E * {rows}, row] expert stack, got {tuple(w.shape)}")
 
 
+def _no_fold_on_tile_path(tile: ExpertTile, what: str) -> None:
+    if tile.path == "tile":
+        raise ValueError(f"{what}: the shared expert folds into the expert launches only on the dense GEMV paths "
+                         f"(ExpertTile.path bytes/words/x8/x8q6), not {tile.path!r}")
+
+
 def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out,
-                        tile: ExpertTile = DEFAULT_EXPERT_TILE, q8: Q8Vector | None = None):
+                        tile: ExpertTile = DEFAULT_EXPERT_TILE, q8: Q8Vector | None = None, shared=None):
     """out [k, F] fp32 = silu(G_e xn) ⊙ (U_e xn) for e = ids[j]; x [d] fp32, ids [k] int32 on the device.
 
-    q8: on the int8-x paths, the buffer x is quantized into (of d or more; a CUDA graph needs it preallocated)."""
+    q8: on the int8-x paths, the buffer x is quantized into (of d or more; a CUDA graph needs it preallocated).
+    shared = (gate, gate_type, up, up_type) of the shared expert ([F, d] each): folded in as row k of out [k + 1, F]
+    (dense GEMV paths only): one launch instead of two."""
     d, k = x.shape[-1], ids.numel()
     _check_stack(gate, n_ff, "gate_exps")
     _check_stack(up, n_ff, "up_exps")
-    if d % TILE_K or out.shape != (k, n_ff) or not out.is_contiguous():
-        raise ValueError(f"experts_swiglu_gemv: d {d} must be a multiple of {TILE_K}, out [{k}, {n_ff}] contiguous")
+    rows = k + (shared is not None)
+    if shared is not None:
+        _no_fold_on_tile_path(tile, "experts_swiglu_gemv")
+        _check_stack(shared[0], n_ff, "gate_shexp")
+        _check_stack(shared[2], n_ff, "up_shexp")
+        if shared[0].shape[0] != n_ff or shared[2].shape[0] != n_ff:
+            raise ValueError(f"experts_swiglu_gemv: the shared expert must be [{n_ff}, {d}] to fold in")
+    if d % TILE_K or out.shape != (rows, n_ff) or not out.is_contiguous():
+        raise ValueError(f"experts_swiglu_gemv: d {d} must be a multiple of {TILE_K}, out [{rows}, {n_ff}] contiguous")
     bn = _rows(tile.bn_swiglu)
     if tile.path != "tile":
         return gemv_path.swiglu(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out, bn=bn,
-                                bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, q8=q8)
+                                bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, q8=q8, shared=shared)
     _swiglu_gemv_kernel[(k, triton.cdiv(n_ff, bn))](
         x, norm_weight, float(eps), gate, up, ids, out, n_ff, d, gate.stride(0), up.stride(0),
         GTYPE=int(gate_type), UTYPE=int(up_type), BN=bn, BKN=triton.next_power_of_2(min(d, 1024)),
@@ -184,26 +203,37 @@ def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, 
 
 def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=None, shared_logit=None,
                       tile: ExpertTile = DEFAULT_EXPERT_TILE, part: torch.Tensor | None = None,
-                      q8: Q8Vector | None = None):
+                      q8: Q8Vector | None = None, shared_down=None):
     """out [d] = residual + Σ_j weights[j] D_{ids[j]} act[j] (+ sigmoid(shared_logit) · shared); out may be residual.
 
-    tile.split_down needs `part`, an fp32 [k, d] scratch (a CUDA graph keeps its address); q8: on the int8-x
-    paths, the buffer the k activation rows are quantized into (k * F or more)."""
-    k, n_ff = act.shape
+    tile.split_down needs `part`, an fp32 [slots, d] scratch (a CUDA graph keeps its address); q8: on the int8-x
+    paths, the buffer the activation rows are quantized into (slots * F or more). shared_down = (matrix [d, F],
+    type) folds the shared expert in (dense GEMV paths only): act row k is its activation, its share is
+    sigmoid(shared_logit) D_shared act[k], and `shared` (its output from launches before) is not given."""
+    slots, n_ff = act.shape
+    k = ids.numel()
     d = residual.shape[-1]
     _check_stack(down, d, "down_exps")
+    if shared_down is not None:
+        _no_fold_on_tile_path(tile, "experts_down_gemv")
+        if shared is not None or shared_logit is None or shared_down[0].shape[0] != d:
+            raise ValueError("experts_down_gemv: a folded shared expert needs its logit and [d, F] matrix, not its "
+                             "output")
+    if slots != k + (shared_down is not None):
+        raise ValueError(f"experts_down_gemv: act has {slots} rows for {k} experts"
+                         + (" and the shared one" if shared_down is not None else ""))
     if n_ff % TILE_K or not act.is_contiguous():
         raise ValueError(f"experts_down_gemv: expert width {n_ff} must be a multiple of {TILE_K}, act contiguous")
     has_shared = shared is not None
-    extra = (shared if has_shared else residual, shared_logit if has_shared else weights, residual, out)
+    extra = (shared if has_shared else residual, shared_logit if shared_logit is not None else weights, residual, out)
     bn = _rows(tile.bn_down)
-    if tile.split_down and (part is None or part.shape != (k, d) or part.dtype != torch.float32
+    if tile.split_down and (part is None or part.shape != (slots, d) or part.dtype != torch.float32
                             or not part.is_contiguous()):
-        raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{k}, {d}] contiguous")
+        raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{slots}, {d}] contiguous")
     if tile.path != "tile":
         if not gemv_path.down(act, down, down_type, ids, weights, extra, has_shared=has_shared, bn=bn,
                               bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, split=tile.split_down,
-                              part=part, q8=q8):
+                              part=part, q8=q8, shared_down=shared_down):
             return out
     elif not tile.split_down:
         _down_gemv_kernel[(triton.cdiv(d, bn),)](
@@ -213,7 +243,7 @@ def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=
     else:
         _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
                                                    DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
-    _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=k, HAS_SHARED=has_shared, BN=256, num_warps=4)
+    _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=slots, HAS_SHARED=has_shared, BN=256, num_warps=4)
     return out
 
 

@@ -67,6 +67,9 @@ def test_the_words_path_is_taken_where_it_fits_and_bytes_where_it_does_not(devic
         ExpertTile(path="fast")
     assert ExpertTile.parse("s16d16w4split-x8q6bb4") == ExpertTile(16, 16, True, 4, "x8q6", 4)
     assert ExpertTile.parse("s8d16w2-words") == ExpertTile(8, 16, False, 2, "words", 2)
+    assert ExpertTile.parse("s16d16w4split-x8bb2-shared") == ExpertTile(16, 16, True, 4, "x8", 2, True)
+    with pytest.raises(ValueError, match="only on the dense GEMV paths"):
+        ExpertTile.parse("s16d16w4split-shared")
 
 
 @pytest.mark.parametrize("split", [True, False])
@@ -111,3 +114,56 @@ def test_only_the_chosen_experts_are_read(device):
     out = torch.zeros(D, device=device)
     experts_down_gemv(act, down, GGMLType.Q4_K, ids, w, out, out, tile=tile, part=torch.empty(3, D, device=device))
     assert torch.isfinite(act).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("tile", [ExpertTile(16, 16, True, 4, "words", 2), ExpertTile(16, 16, False, 4, "words", 2),
+                                  ExpertTile(16, 16, True, 4, "x8q6", 2)], ids=["split", "fused", "x8q6"])
+def test_the_shared_expert_folds_in_as_the_last_slot(device, tile):
+    """One SwiGLU and one down launch for the k routed experts and the shared one: the routed rows as without it,
+    the shared row and the down sum as the twins (the shared expert's own types: Q6_K gate/up, Q4_K down)."""
+    d, ff = D, 512
+    gate, up = stack(GGMLType.Q4_K, ff, d, device, 1), stack(GGMLType.Q4_K, ff, d, device, 2)
+    down = stack(GGMLType.Q6_K, d, ff, device, 3)
+    sg = random_qweight(GGMLType.Q6_K, ff, d, device, seed=4).data
+    su = random_qweight(GGMLType.Q6_K, ff, d, device, seed=5).data
+    sd = random_qweight(GGMLType.Q4_K, d, ff, device, seed=6).data
+    g, x, norm, ids, w = inputs(device, k=3)
+    slog = torch.tensor([-0.4], device=device)
+    act = torch.full((4, ff), float("nan"), device=device)
+    experts_swiglu_gemv(x, norm, 1e-6, gate, GGMLType.Q4_K, up, GGMLType.Q4_K, ids, ff, act, tile=tile,
+                        shared=(sg, GGMLType.Q6_K, su, GGMLType.Q6_K))
+    alone = torch.empty(3, ff, device=device)
+    experts_swiglu_gemv(x, norm, 1e-6, gate, GGMLType.Q4_K, up, GGMLType.Q4_K, ids, ff, alone, tile=tile)
+    assert torch.equal(act[:3], alone)
+    xn = x * torch.rsqrt(x.pow(2).mean() + 1e-6) * norm
+    deq = lambda m, t, rows, cols: _expert(m, t, 0, rows, cols)  # noqa: E731  (a one-expert stack)
+    want_shared = F.silu(deq(sg, GGMLType.Q6_K, ff, d) @ xn) * (deq(su, GGMLType.Q6_K, ff, d) @ xn)
+    tol = 3e-2 if tile.path.startswith("x8") else 2e-5
+    assert rel(act[3], want_shared) < tol
+    res = torch.randn(d, generator=g).to(device)
+    out = res.clone()
+    experts_down_gemv(act, down, GGMLType.Q6_K, ids, w, out, out, shared_logit=slog, tile=tile,
+                      part=torch.full((4, d), float("nan"), device=device), shared_down=(sd, GGMLType.Q4_K))
+    shared = deq(sd, GGMLType.Q4_K, d, ff) @ act[3]
+    want = experts_down_gemv_naive(act[:3], down, GGMLType.Q6_K, ids, w, res, shared=shared, shared_logit=slog)
+    assert rel(out, want) < tol
+
+
+def test_folding_is_refused_where_it_cannot_hold(device):
+    gate = stack(GGMLType.Q4_K, FF, D, device, 1)
+    sg = random_qweight(GGMLType.Q4_K, FF, D, device, seed=4).data
+    _, x, norm, ids, w = inputs(device)
+    act = torch.empty(4, FF, device=device)
+    with pytest.raises(ValueError, match="only on the dense GEMV paths"):
+        experts_swiglu_gemv(x, norm, 1e-6, gate, GGMLType.Q4_K, gate, GGMLType.Q4_K, ids, FF, act,
+                            tile=ExpertTile(16, 16, True), shared=(sg, GGMLType.Q4_K, sg, GGMLType.Q4_K))
+    with pytest.raises(ValueError, match=r"out \[4, 256\]"):
+        experts_swiglu_gemv(x, norm, 1e-6, gate, GGMLType.Q4_K, gate, GGMLType.Q4_K, ids, FF, act[:3],
+                            tile=ExpertTile(16, 16, True, 4, "words"), shared=(sg, GGMLType.Q4_K, sg, GGMLType.Q4_K))
+    down = stack(GGMLType.Q4_K, D, FF, device, 3)
+    with pytest.raises(ValueError, match="its logit"):
+        experts_down_gemv(act, down, GGMLType.Q4_K, ids, w, x, x, tile=ExpertTile(16, 16, True, 4, "words"),
+                          part=torch.empty(4, D, device=device), shared_down=(down[:D], GGMLType.Q4_K))
+    with pytest.raises(ValueError, match="rows for 3 experts"):
+        experts_down_gemv(act, down, GGMLType.Q4_K, ids, w, x, x, tile=ExpertTile(16, 16, True, 4, "words"),
+                          part=torch.empty(4, D, device=device))

@@ -37,8 +37,10 @@ def _layer_input(cfg, n, seed):
 
 @pytest.mark.parametrize("tile, tol", [(ExpertTile(), 1e-4), (ExpertTile(16, 16, split_down=True), 1e-4),
                                        (ExpertTile(16, 16, True, 4, "words", 1), 1e-4),
-                                       (ExpertTile(16, 16, True, 4, "x8", 1), 3e-2)],  # x rounded to int8
-                         ids=["fused", "split", "words", "x8"])
+                                       (ExpertTile(16, 16, True, 4, "x8", 1), 3e-2),  # x rounded to int8
+                                       (ExpertTile(16, 16, True, 4, "words", 1, True), 1e-4),
+                                       (ExpertTile(16, 16, False, 4, "x8", 1, True), 3e-2)],
+                         ids=["fused", "split", "words", "x8", "words-shared", "x8-fused-shared"])
 def test_decode_ffn_layer_matches_reference(tiny_moe, device, tile, tol):
     model, w = tiny_moe
     cfg = model.config
