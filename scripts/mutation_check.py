@@ -496,8 +496,8 @@ MUTATIONS: tuple[Mutation, ...] = (
               "test_int8_x_paths_are_the_arithmetic_on_the_dequantized_int8_x",)),
     Mutation("expert-rows-of-the-chosen-expert", "17", "the expert GEMVs on the dense paths read only the chosen "
              "experts' rows", (("runtime/kernels/moe_experts/gemv_path.py",
-                                "rows = e * N + tl.minimum(i_r, N - 1).to(tl.int64)  # clamp",
-                                "rows = tl.minimum(i_r, N - 1).to(tl.int64)  # clamp"),),
+                                "g, u, ss = _gate_up(p_g, p_u, stride_g, stride_u, e * N + local,",
+                                "g, u, ss = _gate_up(p_g, p_u, stride_g, stride_u, local,"),),
              ("tests/runtime/kernels/test_moe_gemv_path.py::test_only_the_chosen_experts_are_read",)),
     Mutation("expert-sort-no-host-read", "17", "the MoE prefill's expert sort reads nothing back to the host "
              "(torch.bincount read the ids' min and max, twice a layer)",
