@@ -107,14 +107,15 @@ class _Recorder:
 def meta_weights(cfg: ModelConfig, mix: str = "q4_k_m"):
     """DeviceWeights of `cfg` with every tensor a meta tensor of its real shape and GGUF type."""
     from ..quant import tensor_types
-    from .weights import FLOAT_TYPES, DeviceWeights, QWeight
+    from .weights import FLOAT_TYPES, DeviceWeights, QWeight, matrix_shape
 
     types = tensor_types(cfg, mix)
     mat, vec = {}, {}
     for name, shape in expected_tensors(cfg).items():
-        if len(shape) == 2 and not name.endswith("ssm_conv1d.weight"):
+        as_matrix = matrix_shape(name, shape)
+        if as_matrix is not None:
             t = types[name]
-            rows, cols = shape
+            rows, cols = as_matrix
             if t in FLOAT_TYPES:
                 data = torch.empty(rows, cols, dtype=FLOAT_TYPES[t], device=META)
             else:

@@ -91,6 +91,19 @@ def _vector(qt: QTensor, device) -> torch.Tensor:
     return t.to(device=device, dtype=torch.float32).contiguous()
 
 
+def matrix_shape(name: str, shape) -> tuple[int, int] | None:
+    """The [rows, cols] matrix the engine uses a tensor as, or None for a vector: a qwen35moe expert stack
+    [E, rows, cols] is one [E * rows, cols] matrix, the shared-expert gate [d] a 1-row matrix, conv1d a vector."""
+    shape = tuple(shape)
+    if len(shape) == 3:
+        return shape[0] * shape[1], shape[2]
+    if name.endswith("ffn_gate_inp_shexp.weight"):
+        return 1, shape[0]
+    if len(shape) == 2 and not name.endswith("ssm_conv1d.weight"):
+        return shape
+    return None
+
+
 class DeviceWeights:
     """All tensors of a qwen35 GGUF on one device: `mat[name]` QWeight, `vec[name]` fp32 tensor."""
 
@@ -99,15 +112,12 @@ class DeviceWeights:
         mat: dict[str, QWeight] = {}
         vec: dict[str, torch.Tensor] = {}
         for name, qt in model.tensors.items():
-            if len(qt.shape) == 3:  # a qwen35moe expert stack [E, rows, cols]: one [E * rows, cols] matrix
-                e, rows, cols = qt.shape
-                mat[name] = upload_matrix(QTensor(name, qt.type, (e * rows, cols), qt.data), device)
-            elif name.endswith("ffn_gate_inp_shexp.weight"):  # [d]: the shared-expert gate, a 1-row matrix
-                mat[name] = upload_matrix(QTensor(name, qt.type, (1, qt.shape[0]), qt.data), device)
-            elif len(qt.shape) == 2 and not name.endswith("ssm_conv1d.weight"):
-                mat[name] = upload_matrix(qt, device)
-            else:  # norms, ssm_a, ssm_dt.bias, conv1d [Cc, 4]
+            shape = matrix_shape(name, qt.shape)
+            if shape is None:  # norms, ssm_a, ssm_dt.bias, conv1d [Cc, 4]
                 vec[name] = _vector(qt, device)
+            else:
+                mat[name] = upload_matrix(qt if shape == tuple(qt.shape) else QTensor(name, qt.type, shape, qt.data),
+                                          device)
         self._set(model.config, device, mat, vec, model.lm_head_name)
 
     def _set(self, config, device, mat, vec, lm_head_name) -> None:

@@ -16,8 +16,9 @@ SHAPES = "0.8b,4b,9b"
 
 
 PREFILL_ONLY_PACKAGES = ["attn_prep", "flash_attn", "gated_norm", "gdn_chunk", "gdn_conv", "qgemm", "rmsnorm"]
-# The qwen35moe path's kernels: the dense decode step checked here never launches them (they ran compiled on
-# the H200 in bench/runtime/moe.py's receipt; under the interpreter they are tested against their torch twins).
+# The qwen35moe path's kernels: the dense decode step checked here never launches them; the MoE decode step's
+# are compiled below (test_moe_decode_kernels_compile_for_sm90), its prefill's ran compiled in bench/runtime/moe.py's
+# receipts; under the interpreter they are tested against their torch twins.
 MOE_PACKAGES = ["moe_experts", "moe_route"]
 
 
@@ -62,3 +63,44 @@ def test_decode_kernels_compile_for_sm90():
         spills = [f"{c['kernel']} {c['constexprs']} {c['options']}: {c['resources']}" for c in measured
                   if c["resources"]["local_bytes"] or c["resources"]["stack_bytes"]]
         assert not spills, "register spills:\n" + "\n".join(spills)
+
+
+MOE_SCRIPT = """
+import json, sys
+from runtime.config import SHAPES
+from runtime.kernels.moe_experts import ExpertTile
+from runtime.triton.launches import compile_all, record_decode_launches, unique_launches
+launches = []
+for name in sys.argv[1].split(","):
+    tile = ExpertTile.parse(name) if name != "default" else None
+    for launch in record_decode_launches(SHAPES["35b-a3b"], **({"expert_tile": tile} if tile else {})):
+        launch.tags.append(name)
+        launches.append(launch)
+moe = [x for x in unique_launches(launches) if x.fn.fn.__module__.startswith(("runtime.kernels.moe_experts",
+                                                                              "runtime.kernels.moe_route"))]
+out = [{"kernel": lc.kernel, "tags": lc.tags, "error": err, "resources": res}
+       for lc, err, _, res in compile_all(moe, 2, 90)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_moe_decode_kernels_compile_for_sm90():
+    """The 35B-A3B decode step's routing and expert launches, on the default tile path and on the dense GEMV paths
+    with the shared expert folded in, compile for sm_90 without spills (the interpreter lets through what ptxas
+    would refuse)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    tiles = "default,s16d16w4split-x8q6-shared,s16d16w4-words-shared"
+    r = subprocess.run([sys.executable, "-c", MOE_SCRIPT, tiles], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]
+    assert lines, f"no summary (rc {r.returncode}): {r.stderr[-3000:]}"
+    compiled = json.loads(lines[-1])
+    kernels = {c["kernel"] for c in compiled}
+    assert {"_route_kernel", "_swiglu_gemv_kernel", "_down_part_kernel", "_down_sum_kernel", "_swiglu_dot_kernel",
+            "_down_part_dot_kernel", "_down_dot_kernel"} <= kernels, kernels
+    failed = [f"{c['kernel']} {c['tags']}:\n{c['error']}" for c in compiled if c["error"]]
+    assert not failed, "\n\n".join(failed)
+    spills = [c for c in compiled if c["resources"] and (c["resources"]["local_bytes"] or c["resources"]["stack_bytes"])]
+    assert not spills, spills
