@@ -36,9 +36,12 @@ from bench.runtime.decode import Receipt, _err, environment, spread  # noqa: E40
 # the 35B-A3B's routed experts (runtime/synth shapes; its file's types: Q4_K gate/up, Q6_K down)
 SHAPES = {"35b-a3b": dict(d=2048, ff=512, experts=256, k=8, gate="Q4_K", down="Q6_K"),
           "tiny": dict(d=512, ff=256, experts=8, k=3, gate="Q4_K", down="Q4_K")}
+# the engine's default and its neighbours, then the dense paths at the dense sweep's winning shapes for these K
+# (gemv-sweep-35b-a3b-h100-20261206T0213Z.json: 4 rows, 2 blocks a step, 1 warp on int8 x) and around them
 DEFAULT_TILES = ("s16d16w4split,s16d32w4split,s16d16w4split-bytes,s16d16w4split-words,s16d16w4split-x8,"
                  "s16d16w4split-x8q6,s8d8w4split-x8,s32d16w4split-x8,s16d16w8split-x8bb4,s16d16w2split-x8,"
-                 "s16d16w4-x8,s4d8w2split-x8,s8d8w2split-x8q6")
+                 "s16d16w4-x8,s4d8w2split-x8,s8d8w2split-x8q6,s4d4w1split-x8,s4d4w1split-x8q6,s8d8w1split-x8q6,"
+                 "s4d8w1split-x8q6,s8d16w2split-x8q6,s4d4w1split-words,s8d8w2split-words")
 FP32_TOL, X8_TOL = 1e-4, 5e-2  # int8 x: ~2e-2 on random weights (the exact check below is the strict one)
 
 
