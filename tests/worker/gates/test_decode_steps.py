@@ -167,7 +167,11 @@ def test_a_head_that_ignores_the_lead_token_is_caught(tmp_path, cache):
     """Its first decode after a prefill (the lead) is skipped: the tokens of before the lead, one step cheaper."""
     r = eval_fakes(tmp_path, head="ignore_lead", **DECODE)
     assert r.verdict is Verdict.REJECT, r.summary
-    assert "not the reference's choice (base 0" in r.summary
+    # Caught by its tokens or, where the skipped lead's continuation happens to meet the reference's argmax on the
+    # checked steps (the lead is drawn afresh per request: CI saw it once), by its step logits; base clean either way
+    assert ("not the reference's choice (base 0" in r.summary
+            or ("decode steps: head's timed outputs differ from the reference" in r.summary and "base 0/0" in r.summary)
+            ), r.summary
 
 
 class StubProc:
