@@ -4,7 +4,8 @@
 #   bash bench/device/pending.sh checks      # issue 14: red-team suite, NVML idle probe, per-step logits
 #   bash bench/device/pending.sh redteam     # issue 14: the red-team suite alone
 #   bash bench/device/pending.sh calibrate   # issue 13: a fresh worker's self-calibration (repeat until done)
-#   bash bench/device/pending.sh placebo     # issues 13/19: A/A pairs beyond calibration (repeat)
+#   bash bench/device/pending.sh placebo     # issues 13/19: A/A pairs beyond calibration (repeat; one model's
+#                                            # alone: CAL_ARGS="--placebo-models qwen35-0.8b-q8_0", ~7 s a pair)
 #   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat; a short session:
 #                                            # CAL_ARGS="--plants 1,2 --detect-pairs 5")
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs

@@ -90,11 +90,12 @@ def idle_summary(receipt: dict | None) -> dict | None:
 
 def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: float | None = None,
               head_ref: str | None = None, head_sha: str | None = None, on_guard=None,
-              phases: list | None = None) -> tuple[int, list, str | None]:
+              phases: list | None = None, only: set[str] | None = None) -> tuple[int, list, str | None]:
     """Fresh process pairs of ev.job's base (vs `head_ref`, default: base itself), each sweeping every
     gate of a model once, while `want_more(spec, gates)`; `on_pair(spec, {gate: delta})` gets each.
     `on_guard(spec, gkey, scores)` scores the accuracy guards on a pair while it returns True.
-    `phases` (a list) gets each pair's seconds by phase.
+    `phases` (a list) gets each pair's seconds by phase. `only`: these models' pairs alone (the others are not
+    even loaded), guard models included.
     Returns (pairs, per-pair seconds, why it stopped early or None)."""
     t0 = time.monotonic() if t0 is None else t0
     job = ev.job
@@ -107,6 +108,8 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
     n, per, stopped = 0, [], None
     try:
         for spec in ev.profile.models:
+            if only is not None and spec.name not in only:
+                continue
             gates = gate_specs(spec, ev.profile)
             resolved = model_files.resolve(spec, ev.trusted_root, ev.profile.device)
             gkey = guard_key(resolved.sha256, ref_version)
@@ -155,9 +158,10 @@ def run_pairs(ev, *, want_more, on_pair, budget_s: float | None = None, t0: floa
 
 def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AAStore | None = None,
                     workdir=None, trusted_root=None, budget_s: float | None = None, progress=None,
-                    base_sha: str | None = None, device: str | None = None, models: list[str] | None = None
-                    ) -> CalibrationRun:
-    """Record A/A pairs of `ref` until every gate reaches its target, or `budget_s` runs out."""
+                    base_sha: str | None = None, device: str | None = None, models: list[str] | None = None,
+                    only: set[str] | None = None) -> CalibrationRun:
+    """Record A/A pairs of `ref` until every gate reaches its target, or `budget_s` runs out (`only`: of these
+    models alone, guard models included: a bench's placebo that gives one model its pairs in one piece)."""
     from worker.pipeline import Evaluation, Job  # the pipeline imports this package
 
     job = Job(repo=repo, base_ref=ref, head_ref=ref, base_sha=base_sha, head_sha=base_sha,
@@ -199,7 +203,7 @@ def calibrate_pairs(repo: str, ref: str, settings: EvalSettings, *, store: AASto
                                     sha=ev.revs["base"].sha, runtime=ev.base_runtime)
 
     n, per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=budget_s, t0=t0,
-                                on_guard=on_guard, phases=run.per_pair_phases)
+                                on_guard=on_guard, phases=run.per_pair_phases, only=only)
     run.pairs_recorded, run.per_pair_seconds, run.stopped = n, per, stopped
     run.seconds = round(time.monotonic() - t0, 3)
     run.after = {f"{m} {g}": k for (m, g), k in counts(ev, ev.base_runtime).items()}

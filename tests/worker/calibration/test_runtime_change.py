@@ -128,3 +128,22 @@ def test_the_worker_records_the_new_runtimes_pairs_before_evaluating(tmp_path, c
     rows = store.runtime_rows(first.key, s.profile, ev().protocol_key("fake"), "fake", "decode@32")
     assert [r for _, _, r in rows[:3]] == [new] * 3 and new not in [r for _, _, r in rows[3:]]
     assert calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD).pairs_recorded == 0
+
+
+@pytest.mark.sandbox
+def test_pairs_of_only_some_models_leave_the_others_untouched(tmp_path, cache):
+    """A bench's placebo gives the quick guard model its pairs in one piece (`only`): the other model is not loaded
+    and gets no pair, and every pair recorded is the chosen model's."""
+    from worker.config import ModelSpec
+
+    repo = make_repo(tmp_path)
+    p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
+    guard = ModelSpec(name="guard", role="guard", path=str(fake_model(tmp_path / "g.gguf", seed=1)),
+                      decode_contexts=[32], prefill_contexts=[])
+    p = p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
+                                                                       "prefill_contexts": []}), guard]})
+    s = make_settings(p, false_significance_rate=0.05)
+    store = AAStore(tmp_path / "aa.sqlite")
+    run = calibrate_pairs(str(repo), "main", s, store=store, trusted_root=GOOD, only={"guard"})
+    assert run.pairs_recorded == run.after["guard decode@32"] >= 1 and run.after["fake decode@32"] == 0, run
+    assert not run.done  # the model left out is not calibrated
