@@ -164,14 +164,14 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
     tiles = [GroupedTile.parse(p) for p in parts if p != "graph"]
     if len(tiles) > 1:
         raise ValueError(f"prefill variant {name!r}: at most one grouped tile")
-    ids = torch.randint(0, eng.config.vocab_size, (lengths[0],), generator=torch.Generator().manual_seed(lengths[0]))
+    ids = prompt(eng, lengths[0])
     eng.grouped_tile, eng.moe_prefill_graphs = None, False
     eng.reset()
     want = eng.prefill(ids).float()
     eng.grouped_tile, eng.moe_prefill_graphs = (tiles or [None])[0], "graph" in parts
     try:
         out = {"grouped_tile": vars(eng.grouped_tile) if eng.grouped_tile else None, "graph": eng.moe_prefill_graphs}
-        for i in range(2):  # a graph's first sighting runs eagerly and captures; the second replays
+        for _ in range(2):  # a graph's first sighting runs eagerly and captures; the second replays
             eng.reset()
             got = eng.prefill(ids).float()
         out.update(logits_rel_vs_default=rel(got, want), argmax_equal=bool(int(got.argmax()) == int(want.argmax())))
@@ -182,8 +182,13 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
         eng.grouped_tile, eng.moe_prefill_graphs = None, False
 
 
+def prompt(eng, n: int) -> torch.Tensor:
+    """The n-token prompt every prefill of this bench times (seeded by its length)."""
+    return torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+
+
 def time_prefill(eng, n: int, runs: int) -> dict:
-    ids = torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+    ids = prompt(eng, n)
     eng.reset()
     eng.prefill(ids)  # warm-up / compile
     samples = []

@@ -19,32 +19,23 @@ import triton
 import triton.language as tl
 
 from ...gguf import GGMLType
-from ..gemv.kernel import QCODE, STEP_ELEMS, _dot, _rms_scale
+from ...triton.weights import QWeight
+from ..gemv.kernel import QCODE, WORDS_TYPES, GemvConfig, _dot, _k_steps, _rms_scale, words_fit, x8_paths
 from ..quant_x import Q8Vector, quantize_x
 
 PATHS = ("bytes", "words", "x8", "x8q6")  # ExpertTile.path values served here ("tile" is kernel.py's)
-_ALIGN = {GGMLType.Q4_K: 16, GGMLType.Q6_K: 4}  # what the words path needs of a row (gemv.kernel.words_fit)
-
-
-def stack_fits_words(w: torch.Tensor, qtype: GGMLType, cols: int, bb: int) -> bool:
-    """Whether the words (and int8-x) path can read this expert stack with `bb` blocks per step: whole
-    word-aligned steps, whole Q6_K block pairs (gemv.kernel.words_fit, for a [E * rows, row_bytes] stack)."""
-    if qtype not in _ALIGN:
-        return False
-    align, row_bytes = _ALIGN[qtype], w.stride(0)
-    return (row_bytes % align == 0 and w.data_ptr() % align == 0 and (cols // 256) % bb == 0
-            and (qtype != GGMLType.Q6_K or bb % 2 == 0))
 
 
 def path_flags(path: str, qtype: GGMLType, w: torch.Tensor, cols: int, bb: int) -> dict:
-    """The `_dot` flags one matrix stack gets on `path`: words where it fits, int8 x for Q4_K (x8, x8q6) and
-    Q6_K (x8q6) where it fits, else the byte-wise path (masked when bb does not divide its K steps)."""
-    code = QCODE[GGMLType(qtype)]
-    fits = path != "bytes" and stack_fits_words(w, GGMLType(qtype), cols, bb)
-    steps = cols // STEP_ELEMS[code] if w.dtype == torch.uint8 else None
-    return dict(QT=code, WORDS=fits, X8=fits and path in ("x8", "x8q6") and qtype == GGMLType.Q4_K,
-                X8Q6=fits and path == "x8q6" and qtype == GGMLType.Q6_K,
-                KMASK=not fits and steps is not None and steps % bb != 0)
+    """The `_dot` flags one expert stack [E * rows, row] gets on `path`, by the dense launch's own rules
+    (gemv.kernel._launch): words where words_fit, int8 x for Q4_K (x8, x8q6) and Q6_K (x8q6) where it fits,
+    else the byte-wise path (masked when bb does not divide its K steps)."""
+    stack = QWeight("expert stack", GGMLType(qtype), w.shape[0], cols, w)
+    cfg = GemvConfig(block_b=bb, words=path != "bytes", x8=path in ("x8", "x8q6"), x8_q6=path == "x8q6")
+    x8, x8q6 = x8_paths(cfg, [stack])
+    steps = _k_steps(stack)
+    return dict(QT=QCODE[stack.qtype], WORDS=cfg.words and stack.qtype in WORDS_TYPES and words_fit(stack, bb),
+                X8=x8, X8Q6=x8q6, KMASK=steps is not None and steps % bb != 0)
 
 
 def _needs_q8(*flags: dict) -> bool:
@@ -193,7 +184,7 @@ def down(act, down_w, down_type, ids, weights, extra, *, has_shared, bn, bb, pat
          q8: Q8Vector | None, shared_down=None):
     """kernel.experts_down_gemv on a dense GEMV path; `extra` = (shared, shared_logit, residual, out) as there.
     shared_down = (matrix, type) folds the shared expert in as slot k (act and part have k + 1 rows; its weight
-    is sigmoid(shared_logit)). Returns True when the caller still has to add the split parts (its sum launch)."""
+    is sigmoid(shared_logit)). With `split`, only the parts: the caller adds them (kernel.py's sum launch)."""
     slots, n_ff = act.shape
     k = slots - (shared_down is not None)
     d = extra[2].shape[-1]
@@ -209,9 +200,8 @@ def down(act, down_w, down_type, ids, weights, extra, *, has_shared, bn, bb, pat
     if split:
         _down_part_dot_kernel[(triton.cdiv(d, bn), slots)](act, down_w, ids, weights, sd, extra[1], part, *qa, d,
                                                            n_ff, _row_stride(down_w), _row_stride(sd), **flags)
-        return True
+        return
     _down_dot_kernel[(triton.cdiv(d, bn),)](act, down_w, ids, weights, sd, extra[1], extra[0], extra[2], extra[3],
                                             *qa, d, n_ff, _row_stride(down_w), _row_stride(sd),
                                             SHARED=int(shared_down is not None),
                                             HAS_SHARED_VEC=has_shared and shared_down is None, **flags)
-    return False

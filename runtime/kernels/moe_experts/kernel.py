@@ -230,20 +230,20 @@ def experts_down_gemv(act, down, down_type, ids, weights, residual, out, shared=
     if tile.split_down and (part is None or part.shape != (slots, d) or part.dtype != torch.float32
                             or not part.is_contiguous()):
         raise ValueError(f"experts_down_gemv: a split down launch needs part, fp32 [{slots}, {d}] contiguous")
-    if tile.path != "tile":
-        if not gemv_path.down(act, down, down_type, ids, weights, extra, has_shared=has_shared, bn=bn,
-                              bb=tile.block_b, path=tile.path, num_warps=tile.num_warps, split=tile.split_down,
-                              part=part, q8=q8, shared_down=shared_down):
-            return out
-    elif not tile.split_down:
+    if tile.path != "tile":  # the split's part launch or the fused launch, on a dense GEMV path
+        gemv_path.down(act, down, down_type, ids, weights, extra, has_shared=has_shared, bn=bn, bb=tile.block_b,
+                       path=tile.path, num_warps=tile.num_warps, split=tile.split_down, part=part, q8=q8,
+                       shared_down=shared_down)
+    elif tile.split_down:
+        _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
+                                                   DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
+    else:
         _down_gemv_kernel[(triton.cdiv(d, bn),)](
             act, down, ids, weights, *extra, d, n_ff, down.stride(0), DTYPE=int(down_type), KSEL=k,
             HAS_SHARED=has_shared, BN=bn, num_warps=tile.num_warps)
-        return out
-    else:
-        _down_part_kernel[(triton.cdiv(d, bn), k)](act, down, ids, weights, part, d, n_ff, down.stride(0),
-                                                   DTYPE=int(down_type), BN=bn, num_warps=tile.num_warps)
-    _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=slots, HAS_SHARED=has_shared, BN=256, num_warps=4)
+    if tile.split_down:  # the slots' parts added in the fused kernel's order
+        _down_sum_kernel[(triton.cdiv(d, 256),)](part, *extra, d, KSEL=slots, HAS_SHARED=has_shared, BN=256,
+                                                 num_warps=4)
     return out
 
 
