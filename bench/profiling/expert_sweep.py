@@ -30,7 +30,7 @@ if __name__ == "__main__" and "cpu" in sys.argv:  # --device cpu: the interprete
 
 import torch  # noqa: E402
 
-from bench.profiling.gemv_sweep import graph_us_per_launch  # noqa: E402
+from bench.profiling.gemv_sweep import graph_us_per_launch, rel_err as rel  # noqa: E402
 from bench.runtime.decode import Receipt, _err, environment, spread  # noqa: E402
 
 # the 35B-A3B's routed experts (runtime/synth shapes; its file's types: Q4_K gate/up, Q6_K down)
@@ -150,10 +150,6 @@ def exact_int8(run: Launches) -> dict:
     if exact:
         out["pass_int8_exact"] = all(v < FP32_TOL for v in exact)
     return out
-
-
-def rel(a, b) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
 def bytes_per_layer(shape: dict) -> dict:
