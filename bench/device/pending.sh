@@ -24,6 +24,8 @@
 #     MOE_PREFILL_VARIANTS=graph,bm16bn64w4,graph+bm16bn64w4,bm32bn64w4  # eager, ~16 rows an expert padded to 64
 #   bash bench/device/pending.sh experts     # issue 17: routed-expert tiles (tile path vs the dense GEMV paths) at the
 #                                            # 35B-A3B's shapes on random stacks: no 21 GB file, ~1-2 min
+#                                            # (MOE_PREP=1, carry .llama: builds llama-bench and makes the MoE's
+#                                            # file meanwhile, ~350 s, so that `moe` next on the warm box is short)
 #   bash bench/device/pending.sh moetiles    # issue 17: the MoE's dense GEMV shapes swept, that table end to end, profile
 #   LONGCTX_MODELS=9b bash bench/device/pending.sh longctx  # issue 17: KL/top-1 vs the fp32 reference at 32k and
 #                                            # 128k, decode after (one model per call: 9B ~400 s estimated; then 0.8b)
@@ -178,7 +180,14 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     timeout $(( $(left) )) python3 bench/profiling/decode_profile.py --shape 35b-a3b --out "$OUT" 2>&1 | grep -v USDT | tail -4 ;;
   experts)  # issue 17: the expert launches were 0.28-0.44 TB/s (decode-profile-35b-a3b-q4_k_m-h100-20261206T013633Z.json);
              # each tile checked against the twins (int8 x: exactly), then timed per launch over 16 layers' stacks
-    timeout $(( $(left) )) python3 bench/profiling/expert_sweep.py --out "$OUT" ${EXPERT_ARGS:-} 2>&1 | tail -18 ;;
+    # MOE_PREP=1: llama-bench built and the 35B-A3B file made meanwhile (CPU-bound, ~350 s; the sweep's times are
+    # GPU-side graph replays), so that the next call on this warm box (`moe`) times both sides at once
+    if [ "${MOE_PREP:-0}" = 1 ] && [ -f .llama/CMakeLists.txt ]; then
+      (timeout $(( $(left) - 30 )) python3 bench/runtime/moe.py --synth-only --out /var/tmp/moe-synth --work /var/tmp/moe \
+        > "$OUT/moe-synth.log" 2>&1 & build_llama; wait) & prep=$!
+    fi
+    timeout $(( $(left) )) python3 bench/profiling/expert_sweep.py --out "$OUT" ${EXPERT_ARGS:-} 2>&1 | tail -18
+    [ -n "${prep:-}" ] && { wait $prep; echo "MoE file and llama-bench ready at $(( $(date +%s) - T0 )) s of the call"; } ;;
   moe)  # issue 17: the MoE sibling (35B-A3B Q4_K_M) against llama.cpp on the same file in this call: our tg128 /
         # pp512 / pp4096 with kernel and layer checks (bench/runtime/moe.py, synthesis ~2 min while llama-bench builds)
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
