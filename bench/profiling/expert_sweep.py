@@ -152,6 +152,35 @@ def exact_int8(run: Launches) -> dict:
     return out
 
 
+def route_warps(shape: dict, layers: int, reps: int, device: str, warps=(1, 2, 4)) -> dict:
+    """The router's top-k launch (3.7 µs a layer on an H100, decode-profile-35b-a3b-q4_k_m-h100-20261206T021410Z.json)
+    at each warp count: its ids and weights against the torch twin's, then µs per launch."""
+    from runtime.kernels.moe_route import moe_route, moe_route_naive
+
+    g = torch.Generator().manual_seed(2)
+    logits = [torch.randn(1, shape["experts"], generator=g).to(device) for _ in range(layers)]
+    ids = torch.empty(1, shape["k"], dtype=torch.int32, device=device)
+    w = torch.empty(1, shape["k"], device=device)
+    want_ids, want_w = moe_route_naive(logits[0], shape["k"])
+    out = {}
+    for nw in warps:
+        r = out[f"w{nw}"] = {}
+        try:
+            moe_route(logits[0], shape["k"], ids=ids, weights=w, num_warps=nw)
+            r["pass"] = bool(torch.equal(ids.cpu(), want_ids.cpu())) and rel(w, want_w) < FP32_TOL
+            if not r["pass"]:
+                r["timing"], r["timing_reason"] = None, "ids or weights differ from the twin's"
+            elif device.startswith("cuda"):
+                r["us"] = spread(graph_us_per_launch(
+                    lambda i: moe_route(logits[i], shape["k"], ids=ids, weights=w, num_warps=nw), layers, reps))
+            else:
+                r["timing"], r["timing_reason"] = None, "CPU interpreter: checks only"
+        except Exception as e:
+            r["error"] = _err(e)
+        print(f"route w{nw}: " + (f"{r['us']['median']:.2f} us" if "us" in r else str(r)), flush=True)
+    return out
+
+
 def bytes_per_layer(shape: dict) -> dict:
     from runtime.gguf import BLOCK, GGMLType
 
@@ -205,6 +234,8 @@ def main(argv=None) -> int:
         print(f"{name:28s} " + (f"swiglu {r['swiglu']['us']['median']:7.1f} us {r['swiglu']['gb_per_s']:6.0f} GB/s  "
                                 f"down {r['down']['us']['median']:6.1f} us {r['down']['gb_per_s']:6.0f} GB/s"
                                 if "us_per_layer" in r else r.get("error") or f"check {r.get('check')}"), flush=True)
+    rec.data["route"] = route_warps(shape, args.layers, args.reps, args.device)
+    rec.save()
     timed = {n: r["us_per_layer"] for n, r in rec.data["tiles"].items() if "us_per_layer" in r}
     rec.data["fastest"] = min(timed, key=timed.get) if timed else None
     rec.save()

@@ -33,8 +33,11 @@ def _route_kernel(p_logits, p_ids, p_w, E, stride_l, K: tl.constexpr, BE: tl.con
 
 
 def moe_route(logits: torch.Tensor, k: int, *, ids: torch.Tensor | None = None,
-              weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] (rows may be strided) -> (ids [T, k] int32, weights [T, k] fp32) written in place."""
+              weights: torch.Tensor | None = None, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [T, E] (rows may be strided) -> (ids [T, k] int32, weights [T, k] fp32) written in place.
+
+    num_warps: the 2k reductions a token are serial; fewer warps make each one cheaper (timed by
+    bench/profiling/expert_sweep.py before any default moves)."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be [T, E] with unit column stride, got {tuple(logits.shape)}")
     t, e = logits.shape
@@ -47,5 +50,5 @@ def moe_route(logits: torch.Tensor, k: int, *, ids: torch.Tensor | None = None,
     if ids.shape != (t, k) or weights.shape != (t, k) or not (ids.is_contiguous() and weights.is_contiguous()):
         raise ValueError(f"ids / weights must be contiguous [{t}, {k}]")
     if t:
-        _route_kernel[(t,)](logits, ids, weights, e, logits.stride(0), K=k, BE=triton.next_power_of_2(e), num_warps=4)
+        _route_kernel[(t,)](logits, ids, weights, e, logits.stride(0), K=k, BE=triton.next_power_of_2(e), num_warps=num_warps)
     return ids, weights

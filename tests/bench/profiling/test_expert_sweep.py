@@ -30,6 +30,23 @@ def test_tiles_are_checked_and_a_cpu_run_has_no_times(tmp_path):
         assert t["check"]["pass"] and t["timing"] is None and "CPU" in t["timing_reason"]
     assert r["tiles"]["s16d16w4split-x8"]["check"]["pass_int8_exact"]
     assert r["fastest"] is None and r["bytes_per_layer"]["swiglu"] == 2 * 3 * 256 * 2 * 144
+    assert [w["pass"] and w["timing"] is None for w in r["route"].values()] == [True] * 3  # w1, w2, w4
+
+
+def test_a_route_launch_that_differs_from_its_twin_is_not_timed(tmp_path, monkeypatch):
+    from runtime.kernels import moe_route
+
+    real = moe_route.moe_route
+
+    def reversed_ids(logits, k, *, ids, weights, num_warps):  # ties or order broken at one warp count
+        real(logits, k, ids=ids, weights=weights, num_warps=num_warps)
+        if num_warps == 1:
+            ids.copy_(ids.flip(-1))
+
+    monkeypatch.setattr(moe_route, "moe_route", reversed_ids)
+    _, r = run(tmp_path, "s16d16w4split")
+    assert not r["route"]["w1"]["pass"] and "differ" in r["route"]["w1"]["timing_reason"]
+    assert r["route"]["w2"]["pass"] and r["route"]["w4"]["pass"]
 
 
 def test_a_wrong_kernel_is_recorded_failing_and_never_timed(tmp_path, monkeypatch):
