@@ -514,6 +514,12 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("runtime/kernels/moe_experts/kernel.py", "d, KSEL=slots, HAS_SHARED=has_shared", "d, KSEL=k, "
                "HAS_SHARED=has_shared"),),
              ("tests/runtime/kernels/test_moe_gemv_path.py::test_the_shared_expert_folds_in_as_the_last_slot",)),
+    Mutation("default-fold-by-width", "17", "the default expert tile folds the shared expert in only where it is as "
+             "wide as a routed expert (elsewhere a MoE would fail to decode)",
+             (("runtime/kernels/moe_experts/kernel.py", "return DEFAULT_EXPERT_TILE if d_ffn_exp == d_ffn_shexp else",
+               "return DEFAULT_EXPERT_TILE if True else"),),
+             ("tests/runtime/triton/test_moe_engine.py::"
+              "test_the_default_expert_tile_folds_the_shared_expert_only_where_it_is_as_wide",)),
     Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
              (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
              ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),

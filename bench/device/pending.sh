@@ -10,6 +10,7 @@
 #                                            # CAL_ARGS="--plants 1,2 --detect-pairs 5")
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
+#   bash bench/device/pending.sh moeprofile  # issue 17: the MoE's pp512 / pp4096 and its decode token, profiled
 #   bash bench/device/pending.sh dprofile    # issue 17: one decode token's kernels in order (4B, 9B)
 #   bash bench/device/pending.sh tiles       # issue 17: 4B GEMV tiles on int8 x at BB=2, then decode end to end
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
@@ -122,6 +123,17 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     timeout $(( $(left) )) python3 bench/runtime/decode.py --models $sz --gguf $sz=$f --depths ${TILES_DEPTHS:-0,16384} --runs 5 \
       --variants table,table_pdl --depth-variants table,table_pdl --check-variants table,table_pdl \
       --reference-shapes $sz --skip-checks --tile-table "$sw" --out "$OUT" 2>&1 | tail -14 ;;
+  moeprofile)  # issue 17: where the MoE's pp512 goes (~44 ms of it does not grow with the prompt, 2026-12-06
+               # receipts) and its new default decode token; the file made first if this box has none
+    f=/var/tmp/moe/qwen35moe-35b-a3b-q4_k_m-seed0.gguf
+    [ -f "$f" ] || timeout $(( $(left) - 200 )) python3 bench/runtime/moe.py --synth-only --out /var/tmp/moe-synth \
+      --work /var/tmp/moe > "$OUT/moe-synth.log" 2>&1; [ -f "$f" ] || { tail -3 "$OUT/moe-synth.log"; continue; }
+    for n in 512 4096; do
+      timeout $(( $(left) / 2 )) python3 bench/profiling/prefill_profile.py --gguf "$f" --shape 35b-a3b --length $n \
+        --out "$OUT" 2>&1 | tail -10
+    done
+    mkdir -p .cache/bench && ln -sf "$f" .cache/bench/qwen35-35b-a3b-q4_k_m-seed0.gguf
+    timeout $(( $(left) )) python3 bench/profiling/decode_profile.py --shape 35b-a3b --out "$OUT" 2>&1 | grep -v USDT | tail -8 ;;
   profile)
     for shape in ${PROFILE_SHAPES:-0.8b 9b 27b}; do
       timeout $(( $(left) )) python3 bench/profiling/prefill_profile.py --shape $shape --quant q4_k_m --out "$OUT" 2>&1 | tail -10

@@ -2,6 +2,8 @@
 
     python bench/profiling/prefill_profile.py --shape 27b --quant q4_k_m --length 512 [--out DIR]
     python bench/profiling/prefill_profile.py --device cpu --shape tiny --length 32     # smoke run (interpreter)
+    python bench/profiling/prefill_profile.py --gguf /var/tmp/moe/qwen35moe-35b-a3b-q4_k_m-seed0.gguf --shape 35b-a3b
+                                              # a file made before (the MoE's takes minutes to make)
 
 One warm prefill of `--length` tokens under torch.profiler, after `--warmup` untimed ones. Prints and
 writes (prefill-profile-<shape>-<utc>.json): the call's wall time, the GPU's busy time (union of kernel
@@ -87,6 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5, help="timed prefills without the profiler (median)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--gguf", help="profile this file instead of making the synthetic --shape/--quant one")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "bench" / "receipts"))
     a = ap.parse_args(argv)
     if a.device == "cpu":
@@ -94,7 +97,10 @@ def main(argv=None) -> int:
     from runtime import load_engine
     from worker.models import make_synth
 
-    path = make_synth({"shape": a.shape, "quant": a.quant, "seed": 0}, REPO, device=a.device)
+    if a.gguf and not Path(a.gguf).is_file():
+        raise SystemExit(f"--gguf {a.gguf}: no such file")
+    path = Path(a.gguf) if a.gguf else make_synth({"shape": a.shape, "quant": a.quant, "seed": 0}, REPO,
+                                                  device=a.device)
     eng = load_engine(str(path), device=a.device, max_context=a.length + 8,
                       backend="triton" if a.device.startswith("cuda") else "auto")
     ids = torch.randint(0, eng.config.vocab_size, (a.length,), generator=torch.Generator().manual_seed(0))

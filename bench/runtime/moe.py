@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +33,9 @@ def rel(a, b) -> float:
 
 
 def kernel_checks(eng) -> dict:
-    from runtime.kernels.moe_experts import (experts_down_gemv, experts_down_gemv_naive, experts_swiglu_gemv,
-                                             experts_swiglu_gemv_naive, grouped_experts, grouped_experts_naive)
+    from runtime.kernels.moe_experts import (ExpertTile, experts_down_gemv, experts_down_gemv_naive,
+                                             experts_swiglu_gemv, experts_swiglu_gemv_naive, grouped_experts,
+                                             grouped_experts_naive)
     from runtime.kernels.moe_route import moe_route, moe_route_naive
 
     cfg, mat = eng.config, eng.weights.mat
@@ -48,15 +50,22 @@ def kernel_checks(eng) -> dict:
     out["route_weights_rel"] = rel(w, w_n)
     x = torch.randn(cfg.d_model, device=DEV[0], generator=gen)
     norm = torch.ones(cfg.d_model, device=DEV[0])
-    act = torch.empty(cfg.n_expert_used, cfg.d_ffn_exp, device=DEV[0])
-    experts_swiglu_gemv(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids[0], cfg.d_ffn_exp, act)
-    out["decode_swiglu_rel"] = rel(act, experts_swiglu_gemv_naive(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype,
-                                                                  ids[0], cfg.d_ffn_exp))
     res = torch.randn(cfg.d_model, device=DEV[0], generator=gen)
-    y = torch.empty_like(res)
-    part = torch.empty(cfg.n_expert_used, cfg.d_model, device=DEV[0])  # the split down launch's fp32 scratch
-    experts_down_gemv(act, d.data, d.qtype, ids[0], w[0], res, y, part=part)
-    out["decode_down_rel"] = rel(y - res, experts_down_gemv_naive(act, d.data, d.qtype, ids[0], w[0], res) - res)
+    want_act = experts_swiglu_gemv_naive(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids[0], cfg.d_ffn_exp)
+    # the fp32 tile path (to ~1e-6) and the engine's own tile (int8 x: ~1e-2 on random x; expert_sweep.py checks
+    # those paths exactly against the dequantized int8 x), each without the shared expert
+    for key, tile in (("", ExpertTile(16, 16, split_down=True)),
+                      ("_engine_tile", replace(eng.step.expert_tile, fold_shared=False))):
+        act = torch.empty(cfg.n_expert_used, cfg.d_ffn_exp, device=DEV[0])
+        experts_swiglu_gemv(x, norm, cfg.rms_eps, g.data, g.qtype, u.data, u.qtype, ids[0], cfg.d_ffn_exp, act,
+                            tile=tile)
+        out[f"decode_swiglu_rel{key}"] = rel(act, want_act)
+        y = torch.empty_like(res)
+        part = torch.empty(cfg.n_expert_used, cfg.d_model, device=DEV[0])  # the split down launch's fp32 scratch
+        experts_down_gemv(want_act, d.data, d.qtype, ids[0], w[0], res, y, part=part, tile=tile)
+        out[f"decode_down_rel{key}"] = rel(y - res, experts_down_gemv_naive(want_act, d.data, d.qtype, ids[0], w[0],
+                                                                             res) - res)
+    out["engine_tile"] = vars(eng.step.expert_tile)
     xs = torch.randn(64, cfg.d_model, device=DEV[0], generator=gen).to(torch.bfloat16)
     got = grouped_experts(xs, ids, w, g.data, g.qtype, u.data, u.qtype, d.data, d.qtype, cfg.n_expert, cfg.d_ffn_exp)
     out["prefill_grouped_rel"] = rel(got, grouped_experts_naive(xs, ids, w, g.data, g.qtype, u.data, u.qtype, d.data,
@@ -156,8 +165,9 @@ def time_variant(eng, model, name: str, max_ctx: int, args) -> dict:
 
 def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
     """One MoE prefill variant: "+"-joined parts, each "graph" (the whole prefill replayed from a CUDA graph) or a
-    grouped-GEMM tile (GroupedTile name, e.g. bm16bn64w4). The first length's last logits against the engine's own
-    eager prefill on the same prompt, then pp at every length; the engine's own settings after, even on error."""
+    grouped-GEMM tile (GroupedTile name, e.g. bm16bn64w4). The first length's last logits against the engine's eager
+    prefill with the default tile on the same prompt, then pp at every length; the engine's own settings after (the
+    MoE prefill graph is on by default), even on error."""
     from runtime.kernels.moe_experts import GroupedTile
 
     parts = name.split("+")
@@ -165,11 +175,12 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
     if len(tiles) > 1:
         raise ValueError(f"prefill variant {name!r}: at most one grouped tile")
     ids = prompt(eng, lengths[0])
-    eng.grouped_tile, eng.moe_prefill_graphs = None, False
-    eng.reset()
-    want = eng.prefill(ids).float()
-    eng.grouped_tile, eng.moe_prefill_graphs = (tiles or [None])[0], "graph" in parts
+    own = {k: getattr(eng, k) for k in ("grouped_tile", "moe_prefill_graphs") if hasattr(eng, k)}
     try:
+        eng.grouped_tile, eng.moe_prefill_graphs = None, False  # the reference: the default tile, eager
+        eng.reset()
+        want = eng.prefill(ids).float()
+        eng.grouped_tile, eng.moe_prefill_graphs = (tiles or [None])[0], "graph" in parts
         out = {"grouped_tile": vars(eng.grouped_tile) if eng.grouped_tile else None, "graph": eng.moe_prefill_graphs}
         for _ in range(2):  # a graph's first sighting runs eagerly and captures; the second replays
             eng.reset()
@@ -179,7 +190,11 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
             out[f"pp{n}"] = time_prefill(eng, n, runs)
         return out
     finally:
-        eng.grouped_tile, eng.moe_prefill_graphs = None, False
+        for k in ("grouped_tile", "moe_prefill_graphs"):
+            if k in own:
+                setattr(eng, k, own[k])
+            else:
+                delattr(eng, k)
 
 
 def prompt(eng, n: int) -> torch.Tensor:

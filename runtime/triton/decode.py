@@ -21,7 +21,7 @@ from ..kernels.gdn_decode import gdn_decode_step
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable, gemv
 from ..kernels.gemv.kernel import resolve_config
 from ..kernels.gemv.tiles import default_config
-from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile
+from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile, default_expert_tile
 from ..kernels.quant_x import Q8Vector
 from .moe import MoeDecodeBuffers, decode_ffn as moe_decode_ffn
 from .weights import DeviceWeights
@@ -81,9 +81,11 @@ class DecodeStep:
     def __init__(self, w: DeviceWeights, state: DecodeState, bufs: DecodeBuffers, *,
                  gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  gdn_block_v: int | None = None, gdn_pdl: bool | None = None, pdl: bool = False,
-                 expert_tile: ExpertTile = DEFAULT_EXPERT_TILE):
+                 expert_tile: ExpertTile | None = None):
         self.w, self.s, self.b, self.cfg = w, state, bufs, w.config
-        self.expert_tile = expert_tile  # the MoE's routed-expert GEMVs (runtime/kernels/moe_experts)
+        # the MoE's routed-expert GEMVs (runtime/kernels/moe_experts); None: the default for this model's widths
+        self.expert_tile = expert_tile or (default_expert_tile(self.cfg.d_ffn_exp, self.cfg.d_ffn_shexp)
+                                           if self.cfg.is_moe else DEFAULT_EXPERT_TILE)
         self.gemv_config = default_config(w.device) if gemv_config is None else gemv_config
         self.attn_config = attn_config or AttnConfig()
         self.gdn_block_v = gdn_block_v  # None: one program per value head; else split dv (bench variant)

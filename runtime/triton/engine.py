@@ -23,7 +23,7 @@ from ..gguf import GGUFModel, load_gguf
 from ..kernels.argmax import argmax_to
 from ..kernels.attn_decode import AttnConfig, default_n_split
 from ..kernels.gemv import AutoTile, GemvConfig, TileTable
-from ..kernels.moe_experts import DEFAULT_EXPERT_TILE, ExpertTile, GroupedTile
+from ..kernels.moe_experts import ExpertTile, GroupedTile
 from .decode import DecodeBuffers, DecodeState, DecodeStep, GraphRunner
 from .weights import DeviceWeights
 
@@ -36,7 +36,7 @@ class TritonEngine:
     def __init__(self, model: GGUFModel, device="cuda", max_context: int = 32768, *, use_graph: bool | None = None,
                  gemv_config: GemvConfig | AutoTile | TileTable | None = None, attn_config: AttnConfig | None = None,
                  n_split: int | None = None, gdn_block_v: int | None = None, gdn_pdl: bool | None = None,
-                 pdl: bool = False, expert_tile: ExpertTile = DEFAULT_EXPERT_TILE,
+                 pdl: bool = False, expert_tile: ExpertTile | None = None,
                  grouped_tile: GroupedTile | None = None):
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():

@@ -151,11 +151,6 @@ class ExpertTile:
         return cls(int(m[1]), int(m[2]), bool(m[4]), int(m[3]), m[5] or "tile", int(m[6] or 2), bool(m[7]))
 
 
-# 35B-A3B tg128 on an H100, same call: fused 32-row launches 158.6 tok/s, this 228.7 (64 -> 1024 programs for the
-# down launch, 128 -> 256 for the SwiGLU); 8-row tiles 208.5 (moe-35b-a3b-variants-h100-20261205T184404Z.json)
-DEFAULT_EXPERT_TILE = ExpertTile(bn_swiglu=16, bn_down=16, split_down=True)
-
-
 def _rows(bn: int) -> int:
     return 64 if interpreting() else bn  # the interpreter: few programs
 
@@ -169,6 +164,19 @@ def _no_fold_on_tile_path(tile: ExpertTile, what: str) -> None:
     if tile.path == "tile":
         raise ValueError(f"{what}: the shared expert folds into the expert launches only on the dense GEMV paths "
                          f"(ExpertTile.path bytes/words/x8/x8q6), not {tile.path!r}")
+
+
+# 35B-A3B tg128 on an H100, llama.cpp in the same call on the same file: fused 32-row tile-path launches 158.6 tok/s,
+# split 16-row ones 228.7 (moe-35b-a3b-variants-h100-20261205T184404Z.json), with the MoE's dense tiles 251.4; this
+# (4 rows a program, 1 warp, Q4_K and Q6_K on int8 x, the shared expert folded in) 406.0 and 406.9 against
+# llama.cpp's 242.7 and 234.9 (moe-35b-a3b-variants-h100-20261206T051139Z.json, ...T051759Z.json). Per launch
+# (expert-sweep-35b-a3b-h100-20261206T050244Z.json): SwiGLU 34.8 -> 10.3 µs, down 19.9 -> 9.2 µs.
+DEFAULT_EXPERT_TILE = ExpertTile(bn_swiglu=4, bn_down=4, split_down=True, num_warps=1, path="x8q6", fold_shared=True)
+
+
+def default_expert_tile(d_ffn_exp: int, d_ffn_shexp: int) -> ExpertTile:
+    """The default for a model: the shared expert folds in only where it is as wide as a routed one."""
+    return DEFAULT_EXPERT_TILE if d_ffn_exp == d_ffn_shexp else replace(DEFAULT_EXPERT_TILE, fold_shared=False)
 
 
 def experts_swiglu_gemv(x, norm_weight, eps, gate, gate_type, up, up_type, ids, n_ff, out,

@@ -86,12 +86,12 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_moe_decode_kernels_compile_for_sm90():
-    """The 35B-A3B decode step's routing and expert launches, on the default tile path and on the dense GEMV paths
-    with the shared expert folded in, compile for sm_90 without spills (the interpreter lets through what ptxas
-    would refuse)."""
+    """The 35B-A3B decode step's routing and expert launches, on the default (int8 x, shared expert folded in), on
+    the tile path and on the dense GEMV paths, compile for sm_90 without spills (the interpreter lets through what
+    ptxas would refuse)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    tiles = "default,s16d16w4split-x8q6-shared,s16d16w4-words-shared"
+    tiles = "default,s16d16w4split,s16d16w4split-x8q6-shared,s16d16w4-words-shared"
     r = subprocess.run([sys.executable, "-c", MOE_SCRIPT, tiles], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=600)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]

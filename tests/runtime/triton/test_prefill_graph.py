@@ -130,12 +130,13 @@ def _cfg(moe=False):
     ({"all_logits": True}, False),
     ({"n": 16}, False),            # too short to be worth a graph
     ({"n": 5000}, False),          # more than one chunk
-    ({"moe": True}, False),        # the MoE: not unless its engine asks (not measured on a GPU yet)
+    ({"moe": True}, True),         # the MoE too (measured on an H100, 2026-12-06: prefill_graph.MOE_ENABLED)
+    ({"moe": True, "moe_graphs": False}, False),  # unless its engine opts out
     ({"moe": True, "moe_graphs": True}, True),
     ({"debug": True}, False),
     ({"enabled": False}, False),
 ])
-def test_only_a_one_chunk_last_position_dense_cuda_prefill_is_graphed(kw, ok):
+def test_only_a_one_chunk_last_position_cuda_prefill_is_graphed(kw, ok):
     eng = SimpleNamespace(device=kw.get("device", "cuda"), config=_cfg(kw.get("moe", False)),
                           prefill_debug=kw.get("debug", False), prefill_graphs_enabled=kw.get("enabled", True))
     if "moe_graphs" in kw:
