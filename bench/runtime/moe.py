@@ -175,17 +175,22 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
     if len(tiles) > 1:
         raise ValueError(f"prefill variant {name!r}: at most one grouped tile")
     ids = prompt(eng, lengths[0])
+    other = prompt(eng, lengths[0], seed=lengths[0] + 1)  # routed otherwise: a replay must not keep the capture's
     own = {k: getattr(eng, k) for k in ("grouped_tile", "moe_prefill_graphs") if hasattr(eng, k)}
     try:
         eng.grouped_tile, eng.moe_prefill_graphs = None, False  # the reference: the default tile, eager
-        eng.reset()
-        want = eng.prefill(ids).float()
+        want = {}
+        for name, p in (("", ids), ("_other_prompt", other)):
+            eng.reset()
+            want[name] = eng.prefill(p).float()
         eng.grouped_tile, eng.moe_prefill_graphs = (tiles or [None])[0], "graph" in parts
         out = {"grouped_tile": vars(eng.grouped_tile) if eng.grouped_tile else None, "graph": eng.moe_prefill_graphs}
-        for _ in range(2):  # a graph's first sighting runs eagerly and captures; the second replays
+        # a graph's first sighting runs eagerly and captures; the second replays; then another prompt replays
+        for name, p in (("", ids), ("", ids), ("_other_prompt", other)):
             eng.reset()
-            got = eng.prefill(ids).float()
-        out.update(logits_rel_vs_default=rel(got, want), argmax_equal=bool(int(got.argmax()) == int(want.argmax())))
+            got = eng.prefill(p).float()
+            out.update({f"logits_rel_vs_default{name}": rel(got, want[name]),
+                        f"argmax_equal{name}": bool(int(got.argmax()) == int(want[name].argmax()))})
         for n in lengths:
             out[f"pp{n}"] = time_prefill(eng, n, runs)
         return out
@@ -197,9 +202,10 @@ def prefill_variant(eng, name: str, lengths: list[int], runs: int) -> dict:
                 delattr(eng, k)
 
 
-def prompt(eng, n: int) -> torch.Tensor:
-    """The n-token prompt every prefill of this bench times (seeded by its length)."""
-    return torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+def prompt(eng, n: int, seed: int | None = None) -> torch.Tensor:
+    """The n-token prompt every prefill of this bench times (seeded by its length unless `seed`)."""
+    return torch.randint(0, eng.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n if seed is None
+                                                                                               else seed))
 
 
 def time_prefill(eng, n: int, runs: int) -> dict:
@@ -326,6 +332,7 @@ def main(argv=None) -> int:
         got = r.get(f"prefill variant {t}") or {}
         print(f"{t:>32}: " + (", ".join(f"pp{n} {got[f'pp{n}']['median']:.0f}" for n in lengths if f"pp{n}" in got)
                               + f" tok/s, logits rel {got.get('logits_rel_vs_default', float('nan')):.1e}"
+                              + f" (another prompt {got.get('logits_rel_vs_default_other_prompt', float('nan')):.1e})"
                               if got else "not measured"))
     return 0
 

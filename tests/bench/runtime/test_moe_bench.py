@@ -72,12 +72,18 @@ class FakeEngine:
     def synchronize(self):
         pass
 
+    stale_graph = False  # a graph that replays the prompt it captured, whatever it is given
+
     def prefill(self, ids):
-        self.ran.append((len(ids), self.grouped_tile, getattr(self, "moe_prefill_graphs", False)))
+        graphed = getattr(self, "moe_prefill_graphs", False)
+        self.ran.append((len(ids), self.grouped_tile, graphed))
         if self.fail_at is not None and len(self.ran) == self.fail_at:
             raise RuntimeError("out of resources")
+        if graphed and self.stale_graph:
+            self.captured = getattr(self, "captured", ids)
+            ids = self.captured
         logits = self.torch.zeros(50)
-        logits[3] = 1.0 + (0.01 if self.grouped_tile else 0.0)
+        logits[int(ids.sum()) % 50] = 1.0 + (0.01 if self.grouped_tile else 0.0)  # the prompt's own answer
         return logits
 
 
@@ -86,9 +92,14 @@ def test_a_prefill_variant_is_compared_with_the_engines_own_and_never_left_behin
 
     eng = FakeEngine()
     out = moe.prefill_variant(eng, "graph+bm16bn64w4", [8, 16], runs=2)
-    assert eng.ran[0] == (8, None, False)  # the reference: the engine's own eager prefill
-    assert all(t == GroupedTile(16, 64, 4) and g for _, t, g in eng.ran[1:])
+    assert eng.ran[:2] == [(8, None, False)] * 2  # the references: eager, default tile, on two prompts
+    assert all(t == GroupedTile(16, 64, 4) and g for _, t, g in eng.ran[2:])
     assert out["argmax_equal"] and 0 < out["logits_rel_vs_default"] < 0.02 and {"pp8", "pp16"} <= set(out)
+    assert out["argmax_equal_other_prompt"] and out["logits_rel_vs_default_other_prompt"] < 0.02
+    stale = FakeEngine()
+    stale.stale_graph = True  # a replay that kept the captured prompt (its routing) is caught on the other prompt
+    out = moe.prefill_variant(stale, "graph", [8], runs=1)
+    assert out["argmax_equal"] and not out["argmax_equal_other_prompt"]
     assert eng.grouped_tile is None and not hasattr(eng, "moe_prefill_graphs")  # as it was: the engine's default
     failing = FakeEngine(fail_at=3)
     failing.moe_prefill_graphs = True  # an engine's own setting (the default since 2026-12-06) survives an error
