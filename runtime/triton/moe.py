@@ -3,9 +3,11 @@
 Decode, per layer (all on the device, fixed shapes, no host sync):
   gemv(h -> [router | shared gate]) with the fused pre-FFN RMSNorm   logits [E + 1]
   moe_route                                                           ids [k], weights [k]
-  gemv SwiGLU shared expert (norm fused), gemv shared down            shared [d]
-  experts_swiglu_gemv (norm in-kernel) over the k chosen experts      act [k, Fe]
-  experts_down_gemv: h += Σ w_j D_j act_j + sigmoid(gate) · shared
+  experts_swiglu_gemv (norm in-kernel) over the k chosen experts      act [k + 1, Fe]
+    and the shared expert as slot k (the default tile's fold)
+  experts_down_gemv: h += Σ w_j D_j act_j + sigmoid(gate) · D_s act_k
+Without the fold (a tile that does not ask for it, or a shared expert of another width) the shared expert runs as
+its own two GEMVs before the expert launches, and the down launch adds sigmoid(gate) · shared.
 Prefill: router / shared gate as fp32 matmuls, the shared expert through the dense prefill GEMMs,
 the routed experts as a grouped GEMM over token-sorted experts (kernels/moe_experts).
 """
