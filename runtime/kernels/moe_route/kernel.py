@@ -50,5 +50,6 @@ def moe_route(logits: torch.Tensor, k: int, *, ids: torch.Tensor | None = None,
     if ids.shape != (t, k) or weights.shape != (t, k) or not (ids.is_contiguous() and weights.is_contiguous()):
         raise ValueError(f"ids / weights must be contiguous [{t}, {k}]")
     if t:
-        _route_kernel[(t,)](logits, ids, weights, e, logits.stride(0), K=k, BE=triton.next_power_of_2(e), num_warps=num_warps)
+        _route_kernel[(t,)](logits, ids, weights, e, logits.stride(0), K=k, BE=triton.next_power_of_2(e),
+                            num_warps=num_warps)
     return ids, weights
