@@ -11,6 +11,7 @@
 #   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
 #   bash bench/device/pending.sh moeprofile  # issue 17: the MoE's pp512 / pp4096 and its decode token, profiled
+#   bash bench/device/pending.sh grouped     # issue 17: the MoE prefill's grouped-GEMM tiles (no file, ~1-2 min)
 #   bash bench/device/pending.sh dprofile    # issue 17: one decode token's kernels in order (4B, 9B)
 #   bash bench/device/pending.sh tiles       # issue 17: 4B GEMV tiles on int8 x at BB=2, then decode end to end
 #   bash bench/device/pending.sh noise       # issue 13: decode noise by fresh pair x per-step-logits copy mode
@@ -200,6 +201,9 @@ make_model('$sz', Path('.cache/bench'), 0)" || { echo "no $f"; continue; }
     fi
     timeout $(( $(left) )) python3 bench/profiling/expert_sweep.py --out "$OUT" ${EXPERT_ARGS:-} 2>&1 | tail -18
     [ -n "${prep:-}" ] && { wait $prep; echo "MoE file and llama-bench ready at $(( $(date +%s) - T0 )) s of the call"; } ;;
+  grouped)  # issue 17: the MoE prefill's grouped-GEMM tiles on random stacks at the 35B-A3B's shapes (no file, ~1-2 min),
+            # each checked against the twin, timed per layer from a CUDA graph at 512 and 4096 tokens
+    timeout $(( $(left) )) python3 bench/profiling/grouped_sweep.py --out "$OUT" ${GROUPED_ARGS:-} 2>&1 | tail -12 ;;
   moe)  # issue 17: the MoE sibling (35B-A3B Q4_K_M) against llama.cpp on the same file in this call: our tg128 /
         # pp512 / pp4096 with kernel and layer checks (bench/runtime/moe.py, synthesis ~2 min while llama-bench builds)
     [ -f .llama/CMakeLists.txt ] || { echo "no .llama: run bench/device/llama_src.py here and carry .llama"; continue; }
