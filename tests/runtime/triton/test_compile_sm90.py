@@ -104,3 +104,57 @@ def test_moe_decode_kernels_compile_for_sm90():
     assert not failed, "\n\n".join(failed)
     spills = [c for c in compiled if c["resources"] and (c["resources"]["local_bytes"] or c["resources"]["stack_bytes"])]
     assert not spills, spills
+
+
+GROUPED_SCRIPT = """
+import json, sys, torch
+from bench.profiling.expert_sweep import SHAPES
+from runtime.gguf import BLOCK, GGMLType
+from runtime.kernels.moe_experts import ExpertSort, GroupedTile, grouped_experts
+from runtime.triton.launches import META, _Recorder, compile_all, unique_launches
+
+s, t = SHAPES["35b-a3b"], 512
+def stack(qtype, rows, cols):
+    per, nb = BLOCK[qtype]
+    return torch.empty(s["experts"] * rows, cols // per * nb, dtype=torch.uint8, device=META)
+launches = []
+for name in sys.argv[1].split(","):
+    tile = GroupedTile.parse(name)
+    rows = -(-(t * s["k"] + s["experts"] * (tile.bm - 1)) // tile.bm) * tile.bm  # sort_by_expert's static bound
+    sort = ExpertSort(torch.empty(rows, dtype=torch.int32, device=META),
+                      torch.empty(rows // tile.bm, dtype=torch.int32, device=META), tile.bm)
+    rec = _Recorder()
+    rec.tag = name
+    with rec:
+        grouped_experts(torch.empty(t, s["d"], dtype=torch.bfloat16, device=META),
+                        torch.empty(t, s["k"], dtype=torch.int32, device=META), torch.empty(t, s["k"], device=META),
+                        stack(GGMLType.Q4_K, s["ff"], s["d"]), GGMLType.Q4_K, stack(GGMLType.Q4_K, s["ff"], s["d"]),
+                        GGMLType.Q4_K, stack(GGMLType.Q6_K, s["d"], s["ff"]), GGMLType.Q6_K, s["experts"], s["ff"],
+                        sort=sort, tile=tile)
+    launches += rec.launches
+out = [{"kernel": lc.kernel, "tags": lc.tags, "error": err, "resources": res}
+       for lc, err, _, res in compile_all(unique_launches(launches), 2, 90)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_grouped_sweep_tiles_compile_for_sm90_without_spills():
+    """The MoE prefill's grouped GEMMs at the 35B-A3B's shapes, with every tile bench/profiling/grouped_sweep.py
+    times by default (README: they compile without spills), the engine's default among them."""
+    from bench.profiling.grouped_sweep import DEFAULT_TILES
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    r = subprocess.run([sys.executable, "-c", GROUPED_SCRIPT, DEFAULT_TILES], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]
+    assert lines, f"no summary (rc {r.returncode}): {r.stderr[-3000:]}"
+    compiled = json.loads(lines[-1])
+    tiles = DEFAULT_TILES.split(",")
+    assert {(c["kernel"], c["tags"][0]) for c in compiled} >= {(k, t) for t in tiles for k in
+                                                              ("_grouped_swiglu_kernel", "_grouped_down_kernel")}
+    failed = [f"{c['kernel']} {c['tags']}:\n{c['error']}" for c in compiled if c["error"]]
+    assert not failed, "\n\n".join(failed)
+    spills = [c for c in compiled if c["resources"] and (c["resources"]["local_bytes"] or c["resources"]["stack_bytes"])]
+    assert not spills, spills
