@@ -79,6 +79,11 @@ def dequantized_weights(shape: dict, ids: torch.Tensor, bm: int) -> int:
     return int((counts + bm - 1).div(bm, rounding_mode="floor").sum()) * 3 * shape["ff"] * shape["d"]
 
 
+def g_per_ms(weights: int, us: float) -> float:
+    """Billions of weights a millisecond, from a count and microseconds."""
+    return weights / (us / 1e3) / 1e9
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="35b-a3b", choices=sorted(SHAPES))
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
                                                    args.layers, args.reps))  # µs per layer
                     deq = dequantized_weights(shape, ids, tile.bm)
                     r[f"t{n}"] = {"us": t, "dequantized_weights": deq,
-                                  "g_weights_per_ms": deq / (t["median"] * 1e3) / 1e9}
+                                  "g_weights_per_ms": g_per_ms(deq, t["median"])}
         except Exception as e:  # recorded, the next tile runs
             r["error"], r["traceback"] = _err(e), traceback.format_exc()[-2000:]
         rec.save()

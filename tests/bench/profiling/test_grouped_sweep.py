@@ -73,3 +73,8 @@ def test_a_bad_tile_name_fails_before_any_setup(tmp_path):
     with pytest.raises(ValueError, match="grouped tile"):
         grouped_sweep.main(["--device", "cpu", "--shape", "tiny", "--tiles", "bm64-fast", "--out", str(tmp_path)])
     assert not list(tmp_path.iterdir())
+
+
+def test_the_rate_is_billions_of_weights_a_millisecond():
+    # the first GPU run printed 0.00: the formula divided by 1e6 too much (its receipts were recomputed off the box)
+    assert grouped_sweep.g_per_ms(758_000_000, 1232.0) == pytest.approx(0.615, rel=1e-3)
