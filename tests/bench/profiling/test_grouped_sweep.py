@@ -23,7 +23,7 @@ def run(tmp_path, tiles):
 
 
 def test_tiles_are_checked_and_a_cpu_run_has_no_times(tmp_path):
-    code, r = run(tmp_path, "bm16bn64w4")
+    code, r = run(tmp_path, "bm16bn256w1")
     assert code == 0
     for t in r["tiles"].values():
         assert t["check"]["pass"] and t["timing"] is None and "CPU" in t["timing_reason"]
@@ -51,8 +51,8 @@ def test_a_wrong_kernel_is_recorded_failing_and_never_timed(tmp_path, monkeypatc
     import torch
 
     monkeypatch.setattr(moe_experts, "grouped_experts", drops_the_last_choice)
-    code, r = run(tmp_path, "bm16bn64w4")
-    t = r["tiles"]["bm16bn64w4"]
+    code, r = run(tmp_path, "bm16bn256w1")
+    t = r["tiles"]["bm16bn256w1"]
     assert code == 3 and not t["check"]["pass"] and t["check"]["rel"] > 0.1 and "t12" not in t
 
 
