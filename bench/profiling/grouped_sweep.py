@@ -74,9 +74,8 @@ def weights_per_layer(shape: dict) -> int:
 
 def dequantized_weights(shape: dict, ids: torch.Tensor, bm: int) -> int:
     """Weights a layer's grouped GEMMs dequantize: each expert's, once per `bm`-row tile of its tokens."""
-    counts = torch.zeros(shape["experts"], dtype=torch.long).scatter_add_(
-        0, ids.reshape(-1).long().cpu(), torch.ones(ids.numel(), dtype=torch.long))
-    return int((counts + bm - 1).div(bm, rounding_mode="floor").sum()) * 3 * shape["ff"] * shape["d"]
+    counts = torch.bincount(ids.reshape(-1).long().cpu(), minlength=shape["experts"])
+    return int((counts + bm - 1).div(bm, rounding_mode="floor").sum()) * weights_per_layer(shape) // shape["experts"]
 
 
 def g_per_ms(weights: int, us: float) -> float:

@@ -89,17 +89,26 @@ def test_moe_decode_kernels_compile_for_sm90():
     """The 35B-A3B decode step's routing and expert launches, on the default (int8 x, shared expert folded in), on
     the tile path and on the dense GEMV paths, compile for sm_90 without spills (the interpreter lets through what
     ptxas would refuse)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    tiles = "default,s16d16w4split,s16d16w4split-x8q6-shared,s16d16w4-words-shared"
-    r = subprocess.run([sys.executable, "-c", MOE_SCRIPT, tiles], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=600)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]
-    assert lines, f"no summary (rc {r.returncode}): {r.stderr[-3000:]}"
-    compiled = json.loads(lines[-1])
+    compiled = _compile_script(MOE_SCRIPT, "default,s16d16w4split,s16d16w4split-x8q6-shared,s16d16w4-words-shared")
     kernels = {c["kernel"] for c in compiled}
     assert {"_route_kernel", "_swiglu_gemv_kernel", "_down_part_kernel", "_down_sum_kernel", "_swiglu_dot_kernel",
             "_down_part_dot_kernel", "_down_dot_kernel"} <= kernels, kernels
+    _assert_compiled_without_spills(compiled)
+
+
+def _compile_script(script: str, arg: str) -> list[dict]:
+    """Run a compile script (its last stdout line: a JSON list of kernel, tags, error, resources) with the
+    interpreter off."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    r = subprocess.run([sys.executable, "-c", script, arg], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]
+    assert lines, f"no summary (rc {r.returncode}): {r.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def _assert_compiled_without_spills(compiled: list[dict]) -> None:
     failed = [f"{c['kernel']} {c['tags']}:\n{c['error']}" for c in compiled if c["error"]]
     assert not failed, "\n\n".join(failed)
     spills = [c for c in compiled if c["resources"] and (c["resources"]["local_bytes"] or c["resources"]["stack_bytes"])]
@@ -144,17 +153,8 @@ def test_grouped_sweep_tiles_compile_for_sm90_without_spills():
     times by default (README: they compile without spills), the engine's default among them."""
     from bench.profiling.grouped_sweep import DEFAULT_TILES
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    r = subprocess.run([sys.executable, "-c", GROUPED_SCRIPT, DEFAULT_TILES], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=600)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("[")]
-    assert lines, f"no summary (rc {r.returncode}): {r.stderr[-3000:]}"
-    compiled = json.loads(lines[-1])
+    compiled = _compile_script(GROUPED_SCRIPT, DEFAULT_TILES)
     tiles = DEFAULT_TILES.split(",")
     assert {(c["kernel"], c["tags"][0]) for c in compiled} >= {(k, t) for t in tiles for k in
                                                               ("_grouped_swiglu_kernel", "_grouped_down_kernel")}
-    failed = [f"{c['kernel']} {c['tags']}:\n{c['error']}" for c in compiled if c["error"]]
-    assert not failed, "\n\n".join(failed)
-    spills = [c for c in compiled if c["resources"] and (c["resources"]["local_bytes"] or c["resources"]["stack_bytes"])]
-    assert not spills, spills
+    _assert_compiled_without_spills(compiled)
