@@ -520,6 +520,20 @@ MUTATIONS: tuple[Mutation, ...] = (
                "return DEFAULT_EXPERT_TILE if True else"),),
              ("tests/runtime/triton/test_moe_engine.py::"
               "test_the_default_expert_tile_folds_the_shared_expert_only_where_it_is_as_wide",)),
+    Mutation("grouped-idle-tiles-exit", "17", "a grouped-GEMM tile past the last expert group leaves at once, "
+             "dequantizing nothing (up to E such tiles a prefill layer)",
+             (("runtime/kernels/moe_experts/kernel.py",  # the down kernel back to masking its idle tiles
+               "BM: tl.constexpr, BN: tl.constexpr, DOT_BF16: tl.constexpr):\n    i_t, i_n = tl.program_id(0), "
+               "tl.program_id(1)\n    e = tl.load(p_tile_e + i_t)\n    if e >= E:",
+               "BM: tl.constexpr, BN: tl.constexpr, DOT_BF16: tl.constexpr):\n    i_t, i_n = tl.program_id(0), "
+               "tl.program_id(1)\n    e = tl.load(p_tile_e + i_t)\n    if e >= E + 1:"),
+              ("runtime/kernels/moe_experts/kernel.py", "    e64 = e.to(tl.int64)\n    r = i_t * BM + tl.arange(0, BM)"
+               "\n    slot = tl.load(p_slot + r)\n    mask_m = slot >= 0\n    offs_n = i_n * BN + tl.arange(0, BN)\n"
+               "    mask_n = offs_n < N\n    rows = e64 * N + offs_n\n    l = tl.arange(0, 32)\n    p_arow",
+               "    e64 = tl.minimum(e, E - 1).to(tl.int64)\n    r = i_t * BM + tl.arange(0, BM)"
+               "\n    slot = tl.load(p_slot + r)\n    mask_m = slot >= 0\n    offs_n = i_n * BN + tl.arange(0, BN)\n"
+               "    mask_n = (offs_n < N) & (offs_n * 0 + e < E)\n    rows = e64 * N + offs_n\n    l = tl.arange(0, 32)\n    p_arow")),
+             ("tests/runtime/kernels/test_moe.py::test_grouped_tiles_past_the_last_group_dequantize_nothing",)),
     Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
              (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
              ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),

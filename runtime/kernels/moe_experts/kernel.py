@@ -295,13 +295,15 @@ def _grouped_swiglu_kernel(p_x, p_slot, p_tile_e, p_g, p_u, p_act, E, N, K, stri
                            BN: tl.constexpr, DOT_BF16: tl.constexpr):
     i_t, i_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(p_tile_e + i_t)
-    e64 = tl.minimum(e, E - 1).to(tl.int64)
+    if e >= E:  # a tile past the last group (the grid is a static bound): no work, not even masked dequantization
+        return
+    e64 = e.to(tl.int64)
     r = i_t * BM + tl.arange(0, BM)
     slot = tl.load(p_slot + r)
-    mask_m = (slot >= 0) & (r * 0 + e < E)  # vector-shaped: the interpreter rejects scalar-bool masks
+    mask_m = slot >= 0
     tok = tl.where(mask_m, slot // KSEL, 0).to(tl.int64)
     offs_n = i_n * BN + tl.arange(0, BN)
-    mask_n = (offs_n < N) & (offs_n * 0 + e < E)
+    mask_n = offs_n < N
     rows = e64 * N + offs_n
     l = tl.arange(0, 32)
     p_xrow = p_x + tok[:, None] * stride_x
@@ -327,12 +329,14 @@ def _grouped_down_kernel(p_act, p_slot, p_tile_e, p_w, p_d, p_y, E, N, K, stride
                          DTYPE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DOT_BF16: tl.constexpr):
     i_t, i_n = tl.program_id(0), tl.program_id(1)
     e = tl.load(p_tile_e + i_t)
-    e64 = tl.minimum(e, E - 1).to(tl.int64)
+    if e >= E:  # a tile past the last group (the grid is a static bound): no work, not even masked dequantization
+        return
+    e64 = e.to(tl.int64)
     r = i_t * BM + tl.arange(0, BM)
     slot = tl.load(p_slot + r)
-    mask_m = (slot >= 0) & (r * 0 + e < E)  # vector-shaped: the interpreter rejects scalar-bool masks
+    mask_m = slot >= 0
     offs_n = i_n * BN + tl.arange(0, BN)
-    mask_n = (offs_n < N) & (offs_n * 0 + e < E)
+    mask_n = offs_n < N
     rows = e64 * N + offs_n
     l = tl.arange(0, 32)
     p_arow = p_act + r[:, None].to(tl.int64) * K

@@ -164,3 +164,26 @@ def test_grouped_tiles_are_checked_and_parsed(device):
     with pytest.raises(ValueError, match="padded to 16 rows"):  # a sort made for another tile is refused
         grouped_experts(x, ids, torch.ones(2, 1, device=device), gate.data, GGMLType.Q4_K, gate.data, GGMLType.Q4_K,
                         gate.data, GGMLType.Q4_K, E, 256, sort=sort_by_expert(ids, E, 16), tile=GroupedTile(32, 64))
+
+
+def test_grouped_tiles_past_the_last_group_dequantize_nothing(monkeypatch):
+    """The grid is a static bound (no host sync), so up to E tiles a layer have no expert; they must leave at once,
+    not run their K loop on masked loads (the dequantization is the prefill's cost). Counted in the interpreter."""
+    from runtime.kernels.moe_experts import kernel
+
+    if not kernel.interpreting():
+        pytest.skip("counts the interpreter's calls")
+    calls = []
+    real = kernel.dequant_pair
+    monkeypatch.setattr(kernel, "dequant_pair", lambda *a: calls.append(1) or real(*a))
+    d = ff = 256
+    gate, down = _stack(GGMLType.Q4_K, E, ff, d, "cpu", 1), _stack(GGMLType.Q4_K, E, d, ff, "cpu", 2)
+    ids, w = moe_route(torch.randn(5, E, generator=torch.Generator().manual_seed(3)), 2)
+    tile = GroupedTile(16, 64, 1)
+    sort = sort_by_expert(ids, E, tile.bm)
+    grouped_experts(torch.randn(5, d), ids, w, gate.data, GGMLType.Q4_K, gate.data, GGMLType.Q4_K, down.data,
+                    GGMLType.Q4_K, E, ff, sort=sort, tile=tile)
+    busy = int((sort.tile_expert < E).sum())
+    assert busy < sort.tile_expert.numel()  # the case under test: the grid has idle tiles
+    steps = (ff // tile.bn) * (d // 64)  # column tiles x K steps of one tile, per matrix
+    assert len(calls) == busy * steps * 3  # gate and up, then down: each busy tile's own, nothing for the rest
