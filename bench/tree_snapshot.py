@@ -17,18 +17,34 @@ _WHO = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@tokengate.invalid
         "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@tokengate.invalid"}
 
 
+def _git_in(repo: Path, index: Path):
+    env = {**os.environ, **_WHO, "GIT_INDEX_FILE": str(index)}
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,
+                              env=env).stdout.strip()
+    return git
+
+
+def _write_tree(git) -> str:
+    git("read-tree", "HEAD")
+    git("add", "-A")
+    return git("write-tree")
+
+
+def working_tree(repo: Path) -> str:
+    """The git tree SHA of the working tree as it is (untracked-but-not-ignored files included; HEAD, the index
+    and the branches untouched). On the device, where HEAD is the last landed commit, this names the code that
+    ran: it equals `git rev-parse <commit>^{tree}` of the local commit whose tree was sent."""
+    with tempfile.TemporaryDirectory() as d:
+        return _write_tree(_git_in(repo, Path(d) / "index"))
+
+
 def snapshot_commit(repo: Path) -> str:
     """SHA of a commit holding the working tree of `repo` (parent: HEAD), also stored at REF."""
     with tempfile.TemporaryDirectory() as d:
-        env = {**os.environ, **_WHO, "GIT_INDEX_FILE": str(Path(d) / "index")}
-
-        def git(*a: str) -> str:
-            return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True,
-                                  env=env).stdout.strip()
-
-        git("read-tree", "HEAD")
-        git("add", "-A")
-        tree = git("write-tree")
+        git = _git_in(repo, Path(d) / "index")
+        tree = _write_tree(git)
         head = git("rev-parse", "HEAD")
         if tree == git("rev-parse", "HEAD^{tree}"):
             sha = head

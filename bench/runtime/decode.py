@@ -92,17 +92,32 @@ def environment() -> dict:
     if os.environ.get("TOKENGATE_COMMIT"):  # the coordinator's word wins: the device copy's .git can hold a
         # stale HEAD (seen 2026-12-01: HEAD 5890a1a while the tree sent was 7067b94)
         env["git_commit"], env["git_commit_source"] = os.environ["TOKENGATE_COMMIT"], "env TOKENGATE_COMMIT"
-        return _gpu_env(env)
+        return _gpu_env(_tree(env))
     try:
         env["git_commit"] = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
                                                     stderr=subprocess.DEVNULL).strip()
         env["git_commit_source"] = "git"
+        _tree(env)
     except Exception as e:  # the device copy has no .git: the coordinator passes the commit
         env["git_commit"] = os.environ.get("TOKENGATE_COMMIT") or None
         env["git_commit_source"] = "env TOKENGATE_COMMIT" if env["git_commit"] else None
         if env["git_commit"] is None:
             env["git_commit_reason"] = f"no git ({_err(e)}) and TOKENGATE_COMMIT unset"
     return _gpu_env(env)
+
+
+def _tree(env: dict) -> dict:
+    """HEAD on the device is the last landed commit, not what ran: the tree that ran, by its git tree SHA (equal to
+    `git rev-parse <commit>^{tree}` of the local commit that was sent), and whether it is HEAD's."""
+    from bench.tree_snapshot import working_tree
+
+    try:
+        env["git_tree"] = working_tree(ROOT)
+        env["git_tree_is_head"] = env["git_tree"] == subprocess.check_output(
+            ["git", "rev-parse", "HEAD^{tree}"], cwd=ROOT, text=True, stderr=subprocess.DEVNULL).strip()
+    except Exception as e:
+        env["git_tree"], env["git_tree_reason"] = None, _err(e)
+    return env
 
 
 def _gpu_env(env: dict) -> dict:

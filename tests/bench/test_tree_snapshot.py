@@ -35,3 +35,33 @@ def test_clean_tree_is_head(tmp_path):
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c1")
     assert snapshot_commit(repo) == _git(repo, "rev-parse", "HEAD")
+
+
+def test_working_tree_names_the_code_that_ran_not_head(tmp_path):
+    """On the device HEAD is the last landed commit; a receipt's git_tree must be the tree that ran, the same SHA as
+    the local commit's tree that was sent."""
+    from bench.tree_snapshot import working_tree
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "a.py").write_text("old\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "landed")
+    assert working_tree(repo) == _git(repo, "rev-parse", "HEAD^{tree}")
+    (repo / "a.py").write_text("new\n")  # the session's commit, sent as a working tree
+    sent = working_tree(repo)
+    assert sent != _git(repo, "rev-parse", "HEAD^{tree}") and _git(repo, "status", "--porcelain") == "M a.py"
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "local")
+    assert sent == _git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def test_receipts_record_the_tree_that_ran(monkeypatch):
+    from bench.runtime.decode import ROOT, environment
+    from bench.tree_snapshot import working_tree
+
+    monkeypatch.delenv("TOKENGATE_COMMIT", raising=False)
+    env = environment()
+    assert env["git_tree"] == working_tree(ROOT)
+    assert env["git_tree_is_head"] == (env["git_tree"] == _git(ROOT, "rev-parse", "HEAD^{tree}"))
