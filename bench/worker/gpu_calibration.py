@@ -250,6 +250,13 @@ def noise_figures(hist: dict[str, list[float]], s: EvalSettings, ev) -> dict:
     return out
 
 
+def pooled_pairs(others: dict[str, dict[str, list[float]]], names: dict) -> dict[str, dict[str, int]]:
+    """{host: {model: pairs}} of the pooled cards, each model's fewest over its gates, models with none left out
+    (a card that ran only the 0.8B's placebo once read as 0 pairs: the minimum over every model's gates)."""
+    return {h: {m: n for m, gates in by_model(names).items() if (n := min(len(d[k]) for k in gates))}
+            for h, d in others.items()}
+
+
 def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
     """This card's A/A pairs after calibration (and every pair of the `pool`ed histories: other runs'
     H200s, each judged apart, since one evaluation runs on one card) read as A/A evaluations
@@ -278,7 +285,7 @@ def placebo_figures(st: State, s: EvalSettings, pool: list[Path] = ()) -> dict:
     return {"calibration_pairs_per_gate": n_cal,
             "placebo_pairs_per_gate": {k: len(mine[k]) - n_cal[k] + sum(len(d[k]) for d in others.values())
                                        for k in names},
-            "pooled_hosts": {h: min(len(v) for v in d.values()) for h, d in others.items()},
+            "pooled_hosts": pooled_pairs(others, names),
             "per_model": models,
             # an evaluation runs every model: at most the fewest any model was judged on
             "placebo_evaluations": n_eval,

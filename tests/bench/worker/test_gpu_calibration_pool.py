@@ -2,7 +2,7 @@
 protocol, oldest first; a model's gates grouped so each model is judged on its own pairs."""
 import pytest
 
-from bench.worker.gpu_calibration import by_model, pooled_deltas
+from bench.worker.gpu_calibration import by_model, pooled_deltas, pooled_pairs
 from worker.calibration.aa_store import AAStore
 
 NAMES = {"big decode@128": ("big", "decode@128", "p1"), "big prefill@4096": ("big", "prefill@4096", "p1"),
@@ -37,3 +37,10 @@ def test_a_missing_history_is_named_and_not_created(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file"):
         pooled_deltas(missing, "standard", NAMES)
     assert not missing.exists()
+
+
+def test_pooled_pairs_are_counted_per_model():
+    # a card that ran one model's placebo only: its pairs, not 0 (the minimum over every model's gates)
+    others = {"cuda/GPU-b/2": {"big decode@128": [], "big prefill@4096": [], "small decode@512": [0.1] * 5},
+              "cuda/GPU-c/3": {"big decode@128": [0.1] * 3, "big prefill@4096": [0.1] * 2, "small decode@512": []}}
+    assert pooled_pairs(others, NAMES) == {"cuda/GPU-b/2": {"small": 5}, "cuda/GPU-c/3": {"big": 2}}
