@@ -8,14 +8,24 @@ def _git(repo, *a):
     return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def test_snapshot_holds_changed_and_untracked_files_and_leaves_head_alone(tmp_path):
+def _commit(repo, message):
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+
+
+def _repo(tmp_path, files: dict[str, str]):
+    """A repository whose one commit holds `files`."""
     repo = tmp_path / "r"
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
-    (repo / ".gitignore").write_text("*.gguf\n")
-    (repo / "a.py").write_text("old\n")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c1")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    _commit(repo, "c1")
+    return repo
+
+
+def test_snapshot_holds_changed_and_untracked_files_and_leaves_head_alone(tmp_path):
+    repo = _repo(tmp_path, {".gitignore": "*.gguf\n", "a.py": "old\n"})
     head = _git(repo, "rev-parse", "HEAD")
     (repo / "a.py").write_text("new\n")
     (repo / "b.py").write_text("untracked\n")
@@ -28,12 +38,7 @@ def test_snapshot_holds_changed_and_untracked_files_and_leaves_head_alone(tmp_pa
 
 
 def test_clean_tree_is_head(tmp_path):
-    repo = tmp_path / "r"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "a.py").write_text("x\n")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c1")
+    repo = _repo(tmp_path, {"a.py": "x\n"})
     assert snapshot_commit(repo) == _git(repo, "rev-parse", "HEAD")
 
 
@@ -42,18 +47,12 @@ def test_working_tree_names_the_code_that_ran_not_head(tmp_path):
     the local commit's tree that was sent."""
     from bench.tree_snapshot import working_tree
 
-    repo = tmp_path / "r"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "a.py").write_text("old\n")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "landed")
+    repo = _repo(tmp_path, {"a.py": "old\n"})  # the landed commit
     assert working_tree(repo) == _git(repo, "rev-parse", "HEAD^{tree}")
     (repo / "a.py").write_text("new\n")  # the session's commit, sent as a working tree
     sent = working_tree(repo)
     assert sent != _git(repo, "rev-parse", "HEAD^{tree}") and _git(repo, "status", "--porcelain") == "M a.py"
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "local")
+    _commit(repo, "local")
     assert sent == _git(repo, "rev-parse", "HEAD^{tree}")
 
 
