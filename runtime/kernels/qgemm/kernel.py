@@ -36,7 +36,7 @@ def _env_config() -> dict | None:
 def pick_config(m: int, n: int) -> dict:
     """Tile sizes by shape class. BK is fixed at 64 (two 32-column dequant halves)."""
     if interpreting():
-        return dict(BM=64, BN=64, GROUP_M=1, num_warps=1, num_stages=1)  # few, large programs: the interpreter pays per program
+        return dict(BM=64, BN=256, GROUP_M=1, num_warps=1, num_stages=1)  # few, large programs: the interpreter pays per program
     if m <= 16:
         return dict(BM=16, BN=64, GROUP_M=1, num_warps=4, num_stages=4)
     if m <= 64:
