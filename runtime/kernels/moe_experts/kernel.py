@@ -377,7 +377,7 @@ class GroupedTile:
 
 def _gemm_tiles(n_tokens: int) -> GroupedTile:
     """Rows per expert are ~T*k/E, so a small BM wastes less padding."""
-    if interpreting():  # few, wide programs: the interpreter pays per program (a tiny MoE's grouped GEMMs 4x faster)
+    if interpreting():  # few, wide programs: the interpreter pays per program (CI time)
         return GroupedTile(16, 256, 1)
     return GroupedTile(16, 64, 4) if n_tokens <= 256 else GroupedTile(64, 64, 4)
 
