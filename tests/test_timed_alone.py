@@ -108,3 +108,26 @@ def test_a_sandbox_test_skips_where_the_sandbox_is_missing_and_fails_where_it_is
     ci = subprocess.run(run, cwd=tmp_path, env={**env, "TOKENGATE_REQUIRE_SANDBOX": "1"}, capture_output=True,
                         text=True, timeout=120)
     assert ci.returncode == 1 and "failed, not skipped" in ci.stdout, ci.stdout + ci.stderr
+
+
+MIXED = '''
+import pytest
+
+def test_untimed_first(): pass
+
+@pytest.mark.timed
+def test_timed_second(): pass
+
+def test_untimed_third(): pass
+
+@pytest.mark.timed
+def test_timed_fourth(): pass
+'''
+
+
+def test_timed_tests_are_collected_first_as_one_block(tmp_path):
+    """Scattered among untimed tests, each timed one would wait, its worker idle, for the other worker's test."""
+    r = _pytest(tmp_path, "pytest_collection_modifyitems", MIXED, "--collect-only")
+    assert r.returncode == 0, r.stdout + r.stderr
+    order = [line.split("::")[-1] for line in r.stdout.splitlines() if "::" in line]
+    assert order == ["test_timed_second", "test_timed_fourth", "test_untimed_first", "test_untimed_third"], order
