@@ -1,43 +1,50 @@
 """q/k RMSNorm + partial half-split RoPE for a prefill chunk, writing K (post-norm, post-RoPE) and V
-into the bf16 cache and q into a bf16 buffer for flash attention. One program per (token, head)."""
+into the bf16 cache and q into a bf16 buffer for flash attention. One program per (block of tokens, head): one
+token on the GPU, 16 under the interpreter (rows_per_program)."""
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
+from ..tl_utils import rows_per_program
+
 
 @triton.jit
 def _attn_prep_kernel(
-    p_qg, p_k, p_v, p_qn, p_kn, p_cos, p_sin, p_qout, p_kc, p_vc, pos0, HQ, HKV,
+    p_qg, p_k, p_v, p_qn, p_kn, p_cos, p_sin, p_qout, p_kc, p_vc, pos0, T, HQ, HKV,
     stride_qg, stride_k, stride_v, stride_qo_t, stride_cache_t, eps, DH: tl.constexpr, HALF: tl.constexpr,
+    BT: tl.constexpr,
 ):
-    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    i_h = tl.program_id(1)
+    t64 = tl.program_id(0).to(tl.int64) * BT + tl.arange(0, BT)  # this program's tokens
     d = tl.arange(0, DH)
     j = tl.arange(0, HALF)
-    t64 = i_t.to(tl.int64)
+    rows = t64 < T
+    md, mj = rows[:, None] & (d < DH)[None, :], rows[:, None] & (j < HALF)[None, :]  # full-shape masks
     is_q = i_h < HQ
     if is_q:
-        p_src = p_qg + t64 * stride_qg + i_h * 2 * DH  # head i_h: [q | gate]
+        p_src = p_qg + t64[:, None] * stride_qg + i_h * 2 * DH  # head i_h: [q | gate]
         p_w = p_qn
-        p_dst = p_qout + t64 * stride_qo_t + i_h * DH
+        p_dst = p_qout + t64[:, None] * stride_qo_t + i_h * DH
     else:
         h = i_h - HQ
-        p_src = p_k + t64 * stride_k + h * DH
+        p_src = p_k + t64[:, None] * stride_k + h * DH
         p_w = p_kn
-        p_dst = p_kc + (pos0 + t64) * stride_cache_t + h * DH
-        vrow = tl.load(p_v + t64 * stride_v + h * DH + d)
-        tl.store(p_vc + (pos0 + t64) * stride_cache_t + h * DH + d, vrow.to(p_vc.dtype.element_ty))
-    x = tl.load(p_src + d).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / DH + eps)
-    y = x * rstd * tl.load(p_w + d)
-    tl.store(p_dst + d, y.to(p_dst.dtype.element_ty), mask=d >= 2 * HALF)
-    x1 = tl.load(p_src + j).to(tl.float32) * rstd * tl.load(p_w + j)
-    x2 = tl.load(p_src + HALF + j).to(tl.float32) * rstd * tl.load(p_w + HALF + j)
-    c = tl.load(p_cos + i_t * HALF + j)
-    s = tl.load(p_sin + i_t * HALF + j)
-    tl.store(p_dst + j, (x1 * c - x2 * s).to(p_dst.dtype.element_ty))
-    tl.store(p_dst + HALF + j, (x2 * c + x1 * s).to(p_dst.dtype.element_ty))
+        p_dst = p_kc + (pos0 + t64[:, None]) * stride_cache_t + h * DH
+        vrow = tl.load(p_v + t64[:, None] * stride_v + h * DH + d[None, :], mask=md)
+        tl.store(p_vc + (pos0 + t64[:, None]) * stride_cache_t + h * DH + d[None, :], vrow.to(p_vc.dtype.element_ty),
+                 mask=md)
+    x = tl.load(p_src + d[None, :], mask=md, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / DH + eps)[:, None]
+    y = x * rstd * tl.load(p_w + d)[None, :]
+    tl.store(p_dst + d[None, :], y.to(p_dst.dtype.element_ty), mask=md & (d >= 2 * HALF)[None, :])
+    x1 = tl.load(p_src + j[None, :], mask=mj, other=0.0).to(tl.float32) * rstd * tl.load(p_w + j)[None, :]
+    x2 = tl.load(p_src + HALF + j[None, :], mask=mj, other=0.0).to(tl.float32) * rstd * tl.load(p_w + HALF + j)[None, :]
+    c = tl.load(p_cos + t64[:, None] * HALF + j[None, :], mask=mj, other=0.0)
+    s = tl.load(p_sin + t64[:, None] * HALF + j[None, :], mask=mj, other=0.0)
+    tl.store(p_dst + j[None, :], (x1 * c - x2 * s).to(p_dst.dtype.element_ty), mask=mj)
+    tl.store(p_dst + HALF + j[None, :], (x2 * c + x1 * s).to(p_dst.dtype.element_ty), mask=mj)
 
 
 def attn_prep(
@@ -71,8 +78,10 @@ def attn_prep(
         raise ValueError(f"out must be [{t}, {hq}, {dh}], got {tuple(out.shape)}")
     if t == 0:
         return out
-    _attn_prep_kernel[(t, hq + hkv)](
-        qg, k, v, q_norm, k_norm, cos, sin, out, k_cache, v_cache, pos0, hq, hkv,
-        qg.stride(0), k.stride(0), v.stride(0), out.stride(0), k_cache.stride(0), eps, DH=dh, HALF=half, num_warps=2,
+    bt = rows_per_program()
+    _attn_prep_kernel[(triton.cdiv(t, bt), hq + hkv)](
+        qg, k, v, q_norm, k_norm, cos, sin, out, k_cache, v_cache, pos0, t, hq, hkv,
+        qg.stride(0), k.stride(0), v.stride(0), out.stride(0), k_cache.stride(0), eps, DH=dh, HALF=half, BT=bt,
+        num_warps=2,
     )
     return out

@@ -5,16 +5,18 @@ import torch
 import triton
 import triton.language as tl
 
+from ..tl_utils import rows_per_program
+
 
 @triton.jit
-def _rmsnorm_kernel(p_x, p_w, p_y, D, stride_x, stride_y, eps, BD: tl.constexpr):
-    i_t = tl.program_id(0).to(tl.int64)
+def _rmsnorm_kernel(p_x, p_w, p_y, T, D, stride_x, stride_y, eps, BT: tl.constexpr, BD: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BT + tl.arange(0, BT)
     cols = tl.arange(0, BD)
-    mask = cols < D
-    x = tl.load(p_x + i_t * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(p_w + cols, mask=mask, other=0.0)
-    y = x * tl.rsqrt(tl.sum(x * x, axis=0) / D + eps) * w
-    tl.store(p_y + i_t * stride_y + cols, y.to(p_y.dtype.element_ty), mask=mask)
+    mask = (rows < T)[:, None] & (cols < D)[None, :]
+    x = tl.load(p_x + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(p_w + cols, mask=cols < D, other=0.0)
+    y = x * tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None] * w[None, :]
+    tl.store(p_y + rows[:, None] * stride_y + cols[None, :], y.to(p_y.dtype.element_ty), mask=mask)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, out: torch.Tensor | None = None,
@@ -31,6 +33,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, out: torch.Ten
         raise ValueError(f"out must be [{t}, {d}], got {tuple(out.shape)}")
     if t == 0:
         return out
-    bd = triton.next_power_of_2(d)
-    _rmsnorm_kernel[(t,)](x, weight, out, d, x.stride(0), out.stride(0), eps, BD=bd, num_warps=min(16, max(1, bd // 256)))
+    bd, bt = triton.next_power_of_2(d), rows_per_program()
+    _rmsnorm_kernel[(triton.cdiv(t, bt),)](x, weight, out, t, d, x.stride(0), out.stride(0), eps, BT=bt, BD=bd,
+                                           num_warps=min(16, max(1, bd // 256)))
     return out

@@ -158,3 +158,36 @@ def test_grouped_sweep_tiles_compile_for_sm90_without_spills():
     assert {(c["kernel"], c["tags"][0]) for c in compiled} >= {(k, t) for t in tiles for k in
                                                               ("_grouped_swiglu_kernel", "_grouped_down_kernel")}
     _assert_compiled_without_spills(compiled)
+
+
+ROWWISE_SCRIPT = """
+import json, sys, torch
+from runtime.config import SHAPES
+from runtime.kernels.attn_prep import attn_prep
+from runtime.kernels.rmsnorm import rmsnorm
+from runtime.triton.launches import META, _Recorder, compile_all, unique_launches
+
+launches, t = [], 512
+for name in sys.argv[1].split(","):
+    cfg = SHAPES[name]
+    e = lambda *shape, dtype=torch.float32: torch.empty(*shape, dtype=dtype, device=META)
+    hq, hkv, dh, half = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.rope_dims // 2
+    with _Recorder() as rec:
+        rmsnorm(e(t, cfg.d_model), e(cfg.d_model), 1e-6)
+        attn_prep(e(t, 2 * hq * dh), e(t, hkv * dh), e(t, hkv * dh), e(dh), e(dh), e(t, half), e(t, half),
+                  e(t, hkv, dh, dtype=torch.bfloat16), e(t, hkv, dh, dtype=torch.bfloat16), 0, 1e-6)
+    launches += rec.launches
+out = [{"kernel": lc.kernel, "tags": [str(lc.constexprs)], "error": err, "resources": res}
+       for lc, err, _, res in compile_all(unique_launches(launches), 2, 90)]
+print(json.dumps(out))
+"""
+
+
+def test_rowwise_prefill_kernels_compile_for_sm90():
+    """rmsnorm and attn_prep take blocks of rows; the GPU launches one row a program (16 under the interpreter, which
+    the other tests run): that launch, as the wrappers make it at the 0.8B and 9B shapes, compiles without spills."""
+    compiled = _compile_script(ROWWISE_SCRIPT, "0.8b,9b")
+    assert {c["kernel"] for c in compiled} == {"_rmsnorm_kernel", "_attn_prep_kernel"}, compiled
+    assert all("'BT': 1" in c["tags"][0] for c in compiled), [c["tags"] for c in compiled]
+    _assert_compiled_without_spills(compiled)
+
