@@ -62,8 +62,8 @@ def pytest_collection_modifyitems(session, config, items):
     """Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`.
 
     Order: the `timed` tests first, as one block, then the others. A timed test holds the room alone (below), so
-    one scattered among untimed ones waits, with its worker idle, for the other worker's current test to end:
-    on the 2-core CI box that idling came to ~130 s of the suite's ~1080 s. As a block they follow each other.
+    one scattered among untimed ones waits, with its worker idle, for the other worker's current test to end. As a
+    block they follow each other: on the 2-core CI box the suite went from 1080 to 987 s (2026-12-06).
     tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
     name) left the shared app in a state that made later bot tests' workers time out when it ran first."""
     for item in items:
