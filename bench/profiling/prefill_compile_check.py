@@ -122,7 +122,7 @@ def main() -> int:
         ok &= check("gdn_prep", _gdn_prep_kernel,
                     dict(p_u=F32, p_alpha=F32, p_b=F32, p_ssm_a=F32, p_dt=F32, p_wout=F32, p_uout=F32, p_kdout=F32,
                          p_gam=F32, T=I32, stride_u=I32, stride_ab=I32, HK=I32, HV=I32),
-                    dict(DK=dk, DV=dv, BT=64, F32_PREC="tf32"), pc["num_warps"], pc["num_stages"])
+                    dict(DK=dk, DV=dv, BT=64, F32_PREC="tf32", TRIM=False), pc["num_warps"], pc["num_stages"])
         sc = scan_config(cfg.n_v_head, dv)
         ok &= check(f"gdn_scan BV={sc['BV']}", _gdn_scan_kernel,
                     dict(p_wbuf=F32, p_ubuf=F32, p_kdbuf=F32, p_gam=F32, p_state=F32, p_h=F32, T=I32),

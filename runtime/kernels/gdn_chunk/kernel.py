@@ -34,7 +34,7 @@ def _l2norm_rows(x):
 @triton.jit
 def _gdn_prep_kernel(
     p_u, p_alpha, p_b, p_ssm_a, p_dt, p_wout, p_uout, p_kdout, p_gam, T, stride_u, stride_ab, HK, HV,
-    DK: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, F32_PREC: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, F32_PREC: tl.constexpr, TRIM: tl.constexpr = False,
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     i_kh = i_h % HK  # GGUF tiled head mapping (§5.5)
@@ -59,9 +59,14 @@ def _gdn_prep_kernel(
     kk = mma_f32(k, tl.trans(k), tl.zeros((BT, BT), dtype=tl.float32), F32_PREC)
     A = beta[:, None] * kk * decay
 
-    # T = (I + A)^-1, row by row: T_i = e_i - Σ_{s<i} A_is T_s (A_is = 0 for s >= i)
+    # T = (I + A)^-1, row by row: T_i = e_i - Σ_{s<i} A_is T_s (A_is = 0 for s >= i). Rows past the chunk's last
+    # token have β = 0, so zero rows of A: their rows of T stay e_i and no valid row reads them. TRIM (the CPU
+    # interpreter, which pays per iteration) stops at the last valid row; the GPU keeps the static bound.
     Tm = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-    for i in range(1, BT):
+    n_rows = BT
+    if TRIM:
+        n_rows = tl.minimum(T - i_c * BT, BT)
+    for i in range(1, n_rows):
         a_i = tl.sum(tl.where(r[:, None] == i, A, 0.0), axis=0)
         x_i = tl.sum(a_i[:, None] * Tm, axis=0)
         Tm = tl.where(r[:, None] == i, Tm - x_i[None, :], Tm)
@@ -213,7 +218,7 @@ def gdn_chunk(
     flags = dot_flags()
     _gdn_prep_kernel[(triton.cdiv(t, CHUNK), hv)](
         u, alpha, b, ssm_a, dt_bias, scratch.w, scratch.u, scratch.kd, scratch.gam, t, u.stride(0), alpha.stride(0),
-        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], **prep_config(),
+        n_k_head, hv, DK=dk, DV=dv, BT=CHUNK, F32_PREC=flags["F32_PREC"], TRIM=interpreting(), **prep_config(),
     )
     scfg = scan_config(hv, dv)
     _gdn_scan_kernel[(hv, dv // scfg["BV"])](
