@@ -125,11 +125,12 @@ def run_bisection(session, settings, celery, gh, repo, measure_rel):
 
 # ---- 1. the stated false-alarm rate vs how the job really uses the detector -----------------------------
 
+@pytest.mark.slow
 def test_false_alarm_rate_as_the_job_scans_a_growing_history(env):
-    """The comment on every change point says the detector raises a false alarm on at most 1 % of histories
-    where nothing changed. The job re-scans main's whole history after *every* merge (from 6 points on) and a
-    change point, once posted, stays. So the promise must hold for the history as it grows, with the
-    production minimum step (Settings default)."""
+    """The comment on every change point says the detector raises a false alarm on at most FALSE_ALARM_RATE (2 %)
+    of histories where nothing changed. The job re-scans main's whole history after *every* merge (from
+    MIN_POINTS on) and a change point, once posted, stays. So the promise must hold for the history as it grows,
+    with the production minimum step (Settings default)."""
     min_step = Settings.model_fields["changepoint_min_step"].default
     rng = np.random.default_rng(11)
     histories, length, sigma = 200, 40, 0.015  # 1.5 % run-to-run spread of a GPU's tok/s: modest
