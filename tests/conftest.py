@@ -59,19 +59,13 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`.
-
-    Order: the `timed` tests first, as one block, then the others. A timed test holds the room alone (below), so
-    one scattered among untimed ones waits, with its worker idle, for the other worker's current test to end. As a
-    block they follow each other: on the 2-core CI box the suite went from 1080 to 987 s (2026-12-06). After them the
-    `slow` tests go first, so that the run does not end on one long test with the other worker idle.
-    tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
-    name) left the shared app in a state that made later bot tests' workers time out when it ran first."""
+    """tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
+    name) left the shared app in a state that made later bot tests' workers time out when it ran first.
+    Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`."""
+    items.sort(key=lambda item: "tests/bot/history/" in item.nodeid)
     for item in items:
         if "cache" in item.fixturenames:
             item.add_marker("timed")
-    items.sort(key=lambda item: ("tests/bot/history/" in item.nodeid, item.get_closest_marker("timed") is None,
-                                 item.get_closest_marker("slow") is None))
 
 
 # -- timed tests run alone --------------------------------------------------------------------------------

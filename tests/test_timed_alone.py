@@ -40,15 +40,13 @@ def _overlap(a, b) -> bool:
 def _pytest(folder, conftest_import: str, tests: str, *args, **env):
     """Run `tests` (one module) in `folder` under the named piece of this suite's conftest."""
     (folder / "conftest.py").write_text(f"from tests.conftest import {conftest_import}  # noqa: F401\n")
-    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n    sandbox: needs the sandbox\n"
-                                       "    slow: takes a while\n")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    timed: runs alone\n    sandbox: needs the sandbox\n")
     (folder / "test_module.py").write_text(tests)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(folder)],
                           cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO), **env}, capture_output=True,
                           text=True, timeout=120)
 
 
-@pytest.mark.slow
 def test_timed_tests_overlap_nothing_under_xdist(tmp_path):
     pytest.importorskip("xdist")
     log = tmp_path / "log.jsonl"
@@ -110,31 +108,3 @@ def test_a_sandbox_test_skips_where_the_sandbox_is_missing_and_fails_where_it_is
     ci = subprocess.run(run, cwd=tmp_path, env={**env, "TOKENGATE_REQUIRE_SANDBOX": "1"}, capture_output=True,
                         text=True, timeout=120)
     assert ci.returncode == 1 and "failed, not skipped" in ci.stdout, ci.stdout + ci.stderr
-
-
-MIXED = '''
-import pytest
-
-def test_untimed_first(): pass
-
-@pytest.mark.timed
-def test_timed_second(): pass
-
-def test_untimed_third(): pass
-
-@pytest.mark.slow
-def test_slow_fifth(): pass
-
-@pytest.mark.timed
-def test_timed_fourth(): pass
-'''
-
-
-def test_timed_tests_are_collected_first_as_one_block(tmp_path):
-    """Scattered among untimed tests, each timed one would wait, its worker idle, for the other worker's test; then
-    the slow ones, so that the run does not end on one of them."""
-    r = _pytest(tmp_path, "pytest_collection_modifyitems", MIXED, "--collect-only")
-    assert r.returncode == 0, r.stdout + r.stderr
-    order = [line.split("::")[-1] for line in r.stdout.splitlines() if "::" in line]
-    assert order == ["test_timed_second", "test_timed_fourth", "test_slow_fifth", "test_untimed_first",
-                     "test_untimed_third"], order
