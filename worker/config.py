@@ -315,6 +315,11 @@ class EvalSettings(BaseModel):
         except KeyError:
             raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(self.profiles)}") from None
 
+    def with_profile(self, name: str, **fields) -> "EvalSettings":
+        """These settings with profile `name`'s fields replaced by `fields` (the other profiles as they are)."""
+        return self.model_copy(update={"profiles": {**self.profiles,
+                                                    name: self.profile_settings(name).model_copy(update=fields)}})
+
     def tier_for(self, rel_change: float) -> str:
         for tier, bar in (("XL", self.tier_xl), ("L", self.tier_l), ("M", self.tier_m), ("S", self.tier_s)):
             if rel_change >= bar:

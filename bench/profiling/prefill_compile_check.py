@@ -39,11 +39,6 @@ def _sig(fn, types: dict) -> dict:
     return {name: types.get(name, "constexpr") for name in fn.arg_names}
 
 
-# the row-wise kernels' argument types (BT=1: the GPU's one row a program, runtime/kernels/tl_utils.rows_per_program)
-RMSNORM_TYPES = dict(p_x=F32, p_w=F32, p_y=BF16, T=I32, D=I32, stride_x=I32, stride_y=I32, eps="fp32")
-ATTN_PREP_TYPES = dict(p_qg=F32, p_k=F32, p_v=F32, p_qn=F32, p_kn=F32, p_cos=F32, p_sin=F32, p_qout=BF16, p_kc=BF16,
-                       p_vc=BF16, pos0=I32, T=I32, HQ=I32, HKV=I32, stride_qg=I32, stride_k=I32, stride_v=I32,
-                       stride_qo_t=I32, stride_cache_t=I32, eps="fp32")
 SMEM_LIMIT = 232448  # max dynamic shared memory per block on sm_90 (H200)
 DEFAULT_STAGES = 3  # what Triton uses for a launch that does not pass num_stages
 _seen: set = set()
@@ -75,14 +70,6 @@ def check(name: str, fn, types: dict, consts: dict, num_warps: int, num_stages: 
           f"shared={shared:>6}{'' if ok else f' > {SMEM_LIMIT}'} HGMMA={sass.count('HGMMA')} HMMA={sass.count('HMMA')}",
           flush=True)
     return ok
-
-
-def check_row_kernels(cfg) -> bool:
-    """The row-wise kernels (rmsnorm, attn_prep) as the GPU launches them: one row a program."""
-    bd = triton.next_power_of_2(cfg.d_model)
-    ok = check(f"rmsnorm BD={bd}", _rmsnorm_kernel, RMSNORM_TYPES, dict(BT=1, BD=bd), min(16, max(1, bd // 256)))
-    return ok & check("attn_prep", _attn_prep_kernel, ATTN_PREP_TYPES,
-                      dict(DH=cfg.head_dim, HALF=cfg.rope_dims // 2, BT=1), 2)
 
 
 def main() -> int:
@@ -135,7 +122,15 @@ def main() -> int:
         ok &= check("gated_norm", _gated_norm_kernel,
                     dict(p_o=F32, p_z=BF16, p_w=F32, p_y=BF16, T=I32, HV=I32, stride_o=I32, stride_z=I32, stride_y=I32,
                          eps="fp32"), dict(DV=dv, BT=16), 4)
-        ok &= check_row_kernels(cfg)
+        bd = triton.next_power_of_2(cfg.d_model)  # rmsnorm and attn_prep as the GPU launches them: one row (BT=1)
+        ok &= check(f"rmsnorm BD={bd}", _rmsnorm_kernel, dict(p_x=F32, p_w=F32, p_y=BF16, T=I32, D=I32, stride_x=I32,
+                                                              stride_y=I32, eps="fp32"),
+                    dict(BT=1, BD=bd), min(16, max(1, bd // 256)))
+        ok &= check("attn_prep", _attn_prep_kernel,
+                    dict(p_qg=F32, p_k=F32, p_v=F32, p_qn=F32, p_kn=F32, p_cos=F32, p_sin=F32, p_qout=BF16, p_kc=BF16,
+                         p_vc=BF16, pos0=I32, T=I32, HQ=I32, HKV=I32, stride_qg=I32, stride_k=I32, stride_v=I32,
+                         stride_qo_t=I32, stride_cache_t=I32, eps="fp32"),
+                    dict(DH=cfg.head_dim, HALF=cfg.rope_dims // 2, BT=1), 2)
         flash = dict(p_q=BF16, p_qg=F32, p_kc=BF16, p_vc=BF16, p_o=BF16, T=I32, pos0=I32, G=I32, stride_q_t=I32,
                      stride_qg_t=I32, stride_c_t=I32, stride_o_t=I32, scale_log2="fp32")
         ok &= check(f"flash_attn 64x64 BV={min(cfg.head_dim, 128)}", _flash_attn_kernel, flash,

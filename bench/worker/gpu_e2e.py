@@ -363,10 +363,9 @@ def main(argv=None) -> int:
     from worker.queue.app import configure
 
     settings = EvalSettings(profile=args.profile, retries=0)
-    prof = settings.profile_settings(args.profile)
     if args.max_pairs:
-        prof = prof.model_copy(update={"max_process_pairs": args.max_pairs})
-        settings = settings.model_copy(update={"profiles": {**settings.profiles, args.profile: prof}})
+        settings = settings.with_profile(args.profile, max_process_pairs=args.max_pairs)
+    prof = settings.profile_settings(args.profile)
     receipt = {"kind": "gpu_e2e", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "commit": args.commit, "profile": args.profile, "config": prof.model_dump(mode="json"),
                "eval_settings": settings.model_dump(mode="json", exclude={"profiles"}),

@@ -56,8 +56,7 @@ def main() -> int:
                      settings, out / "aa", console)
         times["aa_eval_s"] = time.monotonic() - t
         demo_repo, base, head = make_demo_repo(Path(tmp) / "demo")
-        prof = settings.profile_settings(args.profile).model_copy(update={"backend": "reference"})
-        demo_settings = settings.model_copy(update={"profiles": {**settings.profiles, args.profile: prof}})
+        demo_settings = settings.with_profile(args.profile, backend="reference")
         t = time.monotonic()
         d = run_eval(Job(repo=str(demo_repo), base_ref=base, head_ref=head, profile=args.profile,
                          device=args.device), demo_settings, out / "demo", console)

@@ -124,4 +124,4 @@ def quick_settings() -> EvalSettings:
         primary = next(m for m in quick.models if m.role == "primary")
         spec = ModelSpec(name=primary.name, path=str(fixture), decode_contexts=primary.decode_contexts,
                          prefill_contexts=primary.prefill_contexts)
-        return s.model_copy(update={"profiles": {**s.profiles, "quick": quick.model_copy(update={"models": [spec]})}})
+        return s.with_profile("quick", models=[spec])

@@ -190,4 +190,3 @@ def test_rowwise_prefill_kernels_compile_for_sm90():
     assert {c["kernel"] for c in compiled} == {"_rmsnorm_kernel", "_attn_prep_kernel"}, compiled
     assert all("'BT': 1" in c["tags"][0] for c in compiled), [c["tags"] for c in compiled]
     _assert_compiled_without_spills(compiled)
-

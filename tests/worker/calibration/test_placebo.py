@@ -29,11 +29,10 @@ def test_placebo_quick_profile_never_rejects(tmp_path, cache):
     # (720 / (11·…·16) = 1.2e-4 per side per gate), which took ~70 s of CI's 2-core box. The calibration, the
     # floors and the judging are the same code; `python scripts/placebo_power.py cpu-placebo` runs the shipped
     # quick profile (19 pairs, 20 evaluations) for the receipt.
-    settings = settings.model_copy(update={"profiles": {**settings.profiles, "quick": settings.profile_settings(
-        "quick").model_copy(update={"max_process_pairs": 6})}})
+    settings = settings.with_profile("quick", max_process_pairs=6)
     from worker.gates.noise import history_needed
 
-    calib = history_needed(settings.false_significance_rate / 4 / 2, 6)
+    calib = history_needed(settings.false_significance_rate / 4 / 2, settings.profile_settings().max_process_pairs)
     assert calib == 10
     runs = 3
     rep = run_placebo(str(repo), "HEAD", settings, evaluations=runs, calibrate=calib,

@@ -32,8 +32,7 @@ def test_real_runtime_kl_drift_is_rejected(tmp_path, cache):
     quick = s.profile_settings("quick")
     # guards only (the accuracy path is what is under test; the gates would only cost time)
     models = [m.model_copy(update={"decode_contexts": [], "prefill_contexts": []}) for m in quick.models]
-    s = s.model_copy(update={"profiles": {**s.profiles, "quick": quick.model_copy(update={"models": models,
-                                                                                       "prompts_per_seed": 1})}})
+    s = s.with_profile("quick", models=models, prompts_per_seed=1)
     r = evaluate(Job(repo=str(repo), base_ref=base, head_ref="pr", profile="quick"), s,
                  trusted_root=REPO, store=AAStore(tmp_path / "aa.sqlite"))
     assert r.verdict is Verdict.REJECT, r.summary

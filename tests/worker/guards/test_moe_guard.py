@@ -41,8 +41,7 @@ def test_moe_only_bug_is_rejected_by_the_moe_guard(tmp_path, cache):
     # guards only (the accuracy path is under test): the dense primary and a tiny MoE guard
     models = [dense.model_copy(update={"decode_contexts": [], "prefill_contexts": []}),
               ModelSpec(name="qwen35-tiny-moe", role="guard", synth={"shape": "tiny-moe", "quant": "q8_0", "seed": 3})]
-    s = s.model_copy(update={"profiles": {**s.profiles, "quick": quick.model_copy(update={"models": models,
-                                                                                       "prompts_per_seed": 1})}})
+    s = s.with_profile("quick", models=models, prompts_per_seed=1)
     r = evaluate(Job(repo=str(repo), base_ref=base, head_ref="pr", profile="quick"), s,
                  trusted_root=REPO, store=AAStore(tmp_path / "aa.sqlite"))
     by_model = {g.model: g for g in r.guards}
