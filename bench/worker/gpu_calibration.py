@@ -311,7 +311,7 @@ def step_detect(st: State, args) -> bool:
     for share in args.plants:
         b = plant_branch(share)
         rec = det.setdefault(b, {"deltas": {}, "pairs": 0, "seconds": 0.0})
-        if rec["pairs"] >= args.detect_pairs:
+        if recorded(rec, args.detect_models) >= args.detect_pairs:
             continue
         job = Job(repo=str(repo), base_ref=st.data["main"], head_ref=b, base_sha=st.data["main"],
                   profile=s.profile)
@@ -329,14 +329,20 @@ def step_detect(st: State, args) -> bool:
             return detect_wants(rec, spec.name, [g.name for g in gates], args.detect_pairs, args.detect_models)
 
         n, _per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=left, head_ref=b)
-        rec["pairs"] = min((len(v) for k, v in rec["deltas"].items()
-                            if not args.detect_models or k.split(" ", 1)[0] in args.detect_models), default=0)
+        rec["pairs"] = recorded(rec, args.detect_models)
         rec["seconds"] += round(time.monotonic() - tp, 1)
         st.save()
         print(f"detect {b}: {n} pairs ({rec['pairs']} recorded) {stopped or ''}")
         if stopped:
             return False
-    return all(det.get(plant_branch(x), {}).get("pairs", 0) >= args.detect_pairs for x in args.plants)
+    return all(recorded(det.get(plant_branch(x), {"deltas": {}}), args.detect_models) >= args.detect_pairs
+               for x in args.plants)
+
+
+def recorded(rec: dict, models: list[str]) -> int:
+    """Planted pairs of `models` (empty: every model) so far: the fewest any of their gates has. Counted
+    afresh each time, not kept: a plant run for the 0.8B once has none yet for the 9B."""
+    return min((len(v) for k, v in rec["deltas"].items() if not models or k.split(" ", 1)[0] in models), default=0)
 
 
 def detect_wants(rec: dict, model: str, gates: list[str], pairs: int, models: list[str]) -> bool:
@@ -367,15 +373,26 @@ def resampled_detection(deltas: list[float], null, draws: int = 4000, seed: int 
 def detect_figures(st: State, s: EvalSettings) -> dict:
     ev, names = _gates(st, s)
     nulls = _nulls(_deltas(st, names), s, ev)
-    out = {}
-    for b, rec in st.data.get("detect", {}).items():
-        d = {k: v for k, v in rec["deltas"].items() if k in nulls}
-        evals = judge_blocks(d, nulls)
-        out[b] = {"evaluations": len(evals), "pairs": rec["pairs"],
-                  "detected_slower": {k: (sum(e[k] < 0 for e in evals) / len(evals) if evals else None) for k in d},
-                  "resampled_detected_slower": {k: resampled_detection(v, nulls[k]) for k, v in d.items()},
-                  "mean_change": {k: math.expm1(sum(v) / len(v)) for k, v in d.items() if v}}
-    return out
+    return {b: plant_figures({k: v for k, v in rec["deltas"].items() if k in nulls}, nulls)
+            for b, rec in st.data.get("detect", {}).items()}
+
+
+def plant_figures(deltas: dict[str, list[float]], nulls: dict) -> dict:
+    """One plant's pairs ("model gate" -> log ratios) read as evaluations model by model, as the pipeline
+    runs them: a model's gates share its pairs, and models' pairs are not aligned (a 9B run after a 0.8B
+    one must not cut the 0.8B's evaluations to the 9B's count)."""
+    models = by_model(deltas)
+    evals = {m: judge_blocks({k: deltas[k] for k in gates}, nulls) for m, gates in models.items()}
+
+    def rate(k):
+        mine = evals[k.split(" ", 1)[0]]
+        return sum(e[k] < 0 for e in mine) / len(mine) if mine else None
+
+    return {"evaluations": {m: len(e) for m, e in evals.items()},
+            "pairs": {m: min(len(deltas[k]) for k in gates) for m, gates in models.items()},
+            "detected_slower": {k: rate(k) for k in deltas},
+            "resampled_detected_slower": {k: resampled_detection(v, nulls[k]) for k, v in deltas.items()},
+            "mean_change": {k: math.expm1(sum(v) / len(v)) for k, v in deltas.items() if v}}
 
 
 def report(st: State, args) -> Path:
