@@ -8,7 +8,8 @@
 #                                            # alone: CAL_ARGS="--placebo-models qwen35-0.8b-q8_0", ~7 s a pair)
 #   bash bench/device/pending.sh detect      # issue 13: planted 1/2/5 % slowdowns (repeat; a short session:
 #                                            # CAL_ARGS="--plants 1,2 --detect-pairs 5")
-#   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs
+#   bash bench/device/pending.sh e2e         # issue 19: the Celery gpu task on planted PRs (after calibrate on the
+#                                            # same box; E2E_ARGS="--cases aa,decode_slow": some cases first)
 #   bash bench/device/pending.sh profile     # issue 17: where pp512's fixed cost goes (0.8B, 9B, 27B)
 #   bash bench/device/pending.sh moeprofile  # issue 17: the MoE's pp512 / pp4096 and its decode token, profiled
 #   bash bench/device/pending.sh grouped     # issue 17: the MoE prefill's grouped-GEMM tiles (no file, ~1-2 min)
@@ -106,8 +107,9 @@ case $step in
   e2e)  # the worker reads the history `calibrate` left on this box (same card and protocol: no 15-min wait)
     [ -f /var/tmp/cal/history.sqlite ] && export TOKENGATE_AA_HISTORY=/var/tmp/cal/history.sqlite
     # --state: a second call while the box is warm runs only the cases without a verdict (one receipt)
+    # E2E_ARGS: e.g. "--cases aa,decode_slow" (a session that calibrated first has ~12 min left for the cases)
     timeout $(( $(left) )) python3 -m bench.worker.gpu_e2e --out "$OUT" --state /var/tmp/e2e --budget-s $(( $(left) - 60 )) \
-      2>&1 | tail -20 ;;
+      ${E2E_ARGS:-} 2>&1 | tail -20 ;;
   dprofile)  # issue 17: where a decode token's time goes (4B at 0.185 of copy bandwidth, 9B short of 418 tok/s)
     timeout $(( $(left) )) python3 bench/profiling/decode_profile.py ${DPROFILE_ARGS:---shape 4b --shape 9b} --out "$OUT" \
       2>&1 | grep -v USDT | tail -22 ;;
