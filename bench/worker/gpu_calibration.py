@@ -310,7 +310,7 @@ def step_detect(st: State, args) -> bool:
     det = st.data.setdefault("detect", {})
     for share in args.plants:
         b = plant_branch(share)
-        rec = det.setdefault(b, {"deltas": {}, "pairs": 0, "seconds": 0.0})
+        rec = det.setdefault(b, {"deltas": {}, "seconds": 0.0})
         if recorded(rec, args.detect_models) >= args.detect_pairs:
             continue
         job = Job(repo=str(repo), base_ref=st.data["main"], head_ref=b, base_sha=st.data["main"],
@@ -329,10 +329,9 @@ def step_detect(st: State, args) -> bool:
             return detect_wants(rec, spec.name, [g.name for g in gates], args.detect_pairs, args.detect_models)
 
         n, _per, stopped = run_pairs(ev, want_more=want_more, on_pair=on_pair, budget_s=left, head_ref=b)
-        rec["pairs"] = recorded(rec, args.detect_models)
         rec["seconds"] += round(time.monotonic() - tp, 1)
         st.save()
-        print(f"detect {b}: {n} pairs ({rec['pairs']} recorded) {stopped or ''}")
+        print(f"detect {b}: {n} pairs ({recorded(rec, args.detect_models)} recorded) {stopped or ''}")
         if stopped:
             return False
     return all(recorded(det.get(plant_branch(x), {"deltas": {}}), args.detect_models) >= args.detect_pairs
@@ -342,7 +341,8 @@ def step_detect(st: State, args) -> bool:
 def recorded(rec: dict, models: list[str]) -> int:
     """Planted pairs of `models` (empty: every model) so far: the fewest any of their gates has. Counted
     afresh each time, not kept: a plant run for the 0.8B once has none yet for the 9B."""
-    return min((len(v) for k, v in rec["deltas"].items() if not models or k.split(" ", 1)[0] in models), default=0)
+    return min((len(rec["deltas"][k]) for m, gates in by_model(rec["deltas"]).items() if not models or m in models
+                for k in gates), default=0)
 
 
 def detect_wants(rec: dict, model: str, gates: list[str], pairs: int, models: list[str]) -> bool:
