@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU receipts still owed, one device call per step (each ends inside the 600 s call limit).
-# Run from the repository root on the GPU box, with carry [".whl", ".device"] (bench/device/make_kit.sh):
+# Run from the repository root on the GPU box, with carry [".whl", ".device"] (bench/device/make_kit.sh;
+# `checks`/`redteam` carry ".pgkit" too, `llamacpp`/`moe`/`experts` ".llama": both at once pass the 64 MiB):
 #   bash bench/device/pending.sh checks      # issue 14: red-team suite, NVML idle probe, per-step logits
 #   bash bench/device/pending.sh redteam     # issue 14: the red-team suite alone
 #   bash bench/device/pending.sh calibrate   # issue 13: a fresh worker's self-calibration (repeat until done)
@@ -74,7 +75,7 @@ start_pg() {
   python3 -c "import socket; socket.create_connection(('127.0.0.1', 5432), 1)" 2>/dev/null && return 0
   local b; b=$(python3 -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pgserver').origin))" \
     2>/dev/null)/pginstall/bin
-  chmod +x "$b"/* 2>/dev/null; [ -x "$b/postgres" ] || { echo "no PostgreSQL binaries (pgserver wheel) in the kit"; return 1; }
+  chmod +x "$b"/* 2>/dev/null; [ -x "$b/postgres" ] || { echo "no PostgreSQL binaries: carry .pgkit (the pgserver wheel)"; return 1; }
   mkdir -p /var/tmp/pgdata /var/run/postgresql && chown 65534:65534 /var/tmp/pgdata /var/run/postgresql
   [ -f /var/tmp/pgdata/PG_VERSION ] || as_nobody "$b/initdb" -D /var/tmp/pgdata -U postgres --auth=trust >/dev/null
   as_nobody "$b/pg_ctl" -D /var/tmp/pgdata -l /var/tmp/pgdata/log -o "-h 127.0.0.1 -p 5432 -k /var/run/postgresql" -w start \

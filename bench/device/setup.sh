@@ -3,7 +3,8 @@
 # to /, redis under /opt/redisx with wrappers on PATH. Idempotent.
 set -e
 cd "$(dirname "$0")/../.."
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | grep -vi warning || true
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
+  $(ls .pgkit/*.whl 2>/dev/null) 2>&1 | grep -vi warning || true  # .pgkit: carried for the red team only
 dpkg -x .device/deb/bubblewrap_*.deb /
 mkdir -p /opt/redisx /var/tmp/tgcache
 for f in .device/deb/redis-*.deb .device/deb/libjemalloc2_*.deb .device/deb/liblzf1_*.deb; do dpkg -x "$f" /opt/redisx; done
