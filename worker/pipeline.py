@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import math
+import os
 import shutil
 import site
 import statistics
@@ -217,6 +218,7 @@ class Evaluation:
                         outcomes[m.spec.name] = self._model(m, procs)
             finally:
                 receipt["processes"] = {r: self._usage(proc) for r, proc in procs.items()}
+                receipt["worker_peak_gpu_memory_bytes"] = getattr(self, "_gpu_peak", {}).get("worker")
             result = self.decide(outcomes)
         except EvalFault as f:
             result = self._fault_result(f)
@@ -616,13 +618,11 @@ class Evaluation:
         """NVML's per-process GPU memory of each revision's tree; the receipt keeps the maximum."""
         if not self.profile.device.startswith("cuda"):
             return
-        nv = telemetry.nvml(telemetry.device_index(self.profile.device))
         peaks = self.__dict__.setdefault("_gpu_peak", {})
-        for role, proc in procs.items():
-            if proc.proc is not None:
-                used = nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
-                if used is not None:
-                    peaks[role] = max(peaks.get(role, 0), used)
+        own = telemetry.nvml(telemetry.device_index(self.profile.device)).process_memory({os.getpid()})
+        for role, used in [*((r, self._gpu_bytes(proc)) for r, proc in procs.items()), ("worker", own)]:
+            if used is not None:  # "worker": this process (the guards' scoring runs on the same card)
+                peaks[role] = max(peaks.get(role, 0), used)
 
     def _foreign_gpu_check(self, procs: dict[str, RevisionProcess], when: str) -> None:
         self._sample_gpu_memory(procs)
@@ -635,7 +635,7 @@ class Evaluation:
             checks.append({"when": when, "checked": False, "reason": nv.reason or "NVML process list unavailable"})
             return
         checks.append({"when": when, "checked": True, "gpu_pids": pids})
-        ours = {__import__("os").getpid()}
+        ours = {os.getpid()}
         for proc in procs.values():
             if proc.proc is not None:
                 ours.update(sandbox.tree_pids(proc.proc.pid))
@@ -683,14 +683,20 @@ class Evaluation:
                                     sha=self.job.base_sha)
 
     def _memory_context(self, procs: dict[str, RevisionProcess]) -> dict:
-        """Base's measured peak memory and the limit, for attributing a head OOM (worker/verdicts/faults.py)."""
+        """Base's measured peak memory and the limit, for attributing an OOM (worker/verdicts/faults.py); on a
+        GPU also what each process (this worker's own included) held at the fault: the card is shared."""
         p = self.profile
         base = procs.get("base")
         if p.device.startswith("cuda"):
             self._sample_gpu_memory({k: v for k, v in procs.items() if k == "base"})
-            total = telemetry.nvml(telemetry.device_index(p.device)).device().get("memory_total_bytes")
+            nv = telemetry.nvml(telemetry.device_index(p.device))
+            total = nv.device().get("memory_total_bytes")
+            held = {"worker": nv.process_memory({os.getpid()}),
+                    **{role: self._gpu_bytes(proc) for role, proc in procs.items()}}
             return {"base_peak_bytes": getattr(self, "_gpu_peak", {}).get("base"),
-                    "limit_bytes": total if isinstance(total, int) else None, "reason": "NVML per-process memory"}
+                    "limit_bytes": total if isinstance(total, int) else None, "reason": "NVML per-process memory",
+                    "gpu_held": held, "head_bound": 1 + self.settings.memory_bound,
+                    "slack_bytes": self.settings.memory_slack_bytes}
         peak = None
         try:
             import psutil

@@ -209,6 +209,8 @@ def score_revisions(procs: dict[str, RevisionProcess], reference: RevisionProces
             vals = np.asarray(per[r])
             scores[r].seeds.append(SeedScore(seed, float(vals[:, 0].mean()), float(vals[:, 1].mean()),
                                              float(vals[:, 2].max())))
+    ref = on_dev = None  # the last prompt's tensors go before the cache does
+    arith.release(dev)  # the reference and the revisions need that GPU memory next (gates, verify)
     for r in procs:
         scores[r].long_context = long_n or None
         scores[r].long_scored = len(long_pos) if long_pos is not None else (long_n or 0)

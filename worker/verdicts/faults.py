@@ -47,9 +47,41 @@ def oom_is_heads(memory: dict | None) -> tuple[bool, str]:
     return True, f"base ran the same work in {base >> 20} MiB of {limit >> 20} MiB"
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def shared_oom_is_heads(memory: dict | None) -> tuple[bool, str]:
+    """Whether the reference's or base's OOM on a GPU the three processes share is the PR's: the head's
+    process held more GPU memory when it happened than base ever needed (by the memory gates' bound).
+    A head that grabs memory while the others work would otherwise pass its failure off as INFRA."""
+    m = memory or {}
+    held, base = m.get("gpu_held") or {}, m.get("base_peak_bytes")
+    seen = ", ".join(f"{r} {_gib(b)}" for r, b in held.items() if b is not None)
+    seen = f"GPU memory when it failed: {seen or 'not measured'}" + (
+        f" of {_gib(m['limit_bytes'])}" if seen and m.get("limit_bytes") else "")
+    head = held.get("head")
+    if head is None or base is None or "head_bound" not in m:
+        return False, seen
+    if head > base * m["head_bound"] + m.get("slack_bytes", 0):
+        return True, f"the PR's process held {_gib(head)} of GPU memory where base needed at most {_gib(base)}; {seen}"
+    return False, seen
+
+
 def classify(f: RevisionFault, model: str, memory: dict | None = None) -> EvalFault:
-    """Map a revision process fault to a verdict. `memory`: {"base_peak_bytes", "limit_bytes", "reason"}."""
+    """Map a revision process fault to a verdict. `memory`: {"base_peak_bytes", "limit_bytes", "reason"}, and on
+    a GPU "gpu_held" (each process's memory at the fault), "head_bound" and "slack_bytes" (shared_oom_is_heads)."""
     where = f"{f.role} on {model} during {f.phase}"
+    if f.kind == "oom" and f.role in ("reference", "base"):
+        heads, said = shared_oom_is_heads(memory)
+        if heads:
+            what = f"held GPU memory the {f.role} needed"
+            failure = {"role": "head", "model": model, "phase": f.phase, "kind": "oom", "what": what,
+                       "detail": f"{f.detail[:300]} ({said})"}
+            return EvalFault(Verdict.REJECT, f"the PR's code {what}: {where} ran out of memory ({said})", None,
+                             f.log_tail, failure=failure)
+        whose = "the trusted reference" if f.role == "reference" else "the baseline"
+        return infra(InfraKind.OOM, f"{whose} ran out of memory ({where}): {f.detail} ({said})", f.log_tail)
     if f.role == "reference":
         return infra(InfraKind.INTERNAL_ERROR, f"the trusted reference failed ({where}): {f.detail}", f.log_tail)
     if f.kind in ("sandbox", "sandbox_unavailable"):  # the host's sandbox, never the PR's fault
