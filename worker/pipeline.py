@@ -208,7 +208,7 @@ class Evaluation:
                                     for r, v in revs.items()}
             self.progress("models")
             resolved = [model_files.resolve(spec, self.trusted_root, self.profile.device) for spec in self.profile.models]
-            procs = self.make_procs(revs, [m.path for m in resolved])
+            procs = self._main_procs = self.make_procs(revs, [m.path for m in resolved])
             try:
                 with ExitStack() as stack:
                     for role in ("base", "head", "reference"):
@@ -395,10 +395,6 @@ class Evaluation:
                 self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id,
                              more_pairs=lambda n: self.fresh_pair(self.revs, spec, resolved.path, n, vocab))
                 sentinel.maybe_record(self, spec, gates, resolved, vocab, procs["reference"], out)
-                out.receipt["memory_reported_by_revision"] = {
-                    r: bounded_memory(procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0]
-                                      .get("memory"))
-                    for r in ("base", "head")}
             if self.record_aa:
                 self.record_pair_deltas(spec, out, sha=self.job.base_sha)
         except RevisionFault as f:
@@ -420,6 +416,11 @@ class Evaluation:
         checks = [self._verify(sweeps[0], gates, procs["reference"])]
         logit_cache: dict = {}
         logit_checks = [self._verify_logits(sweeps[0], gates, procs["reference"], logit_cache)]
+        out.receipt["memory_reported_by_revision"] = {
+            r: bounded_memory(procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0].get("memory"))
+            for r in ("base", "head")}
+        for r in ("base", "head"):  # done with this model: room for fresh pairs beside the reference (driver.unload)
+            procs[r].request("unload", phase="measure", timeout=p.request_timeout_s)
         while more_pairs is not None:
             wanted = [nulls[g.name].pairs for g in gates
                       if nulls[g.name].wants_more(self._pair_deltas(sweeps, g.name))]
@@ -691,8 +692,10 @@ class Evaluation:
             self._sample_gpu_memory({k: v for k, v in procs.items() if k == "base"})
             nv = telemetry.nvml(telemetry.device_index(p.device))
             total = nv.device().get("memory_total_bytes")
+            live = dict(getattr(self, "_main_procs", {}))  # a fresh pair's fault: the first pair and reference too
+            live.update({role if live.get(role) is proc else f"pair-{role}": proc for role, proc in procs.items()})
             held = {"worker": nv.process_memory({os.getpid()}),
-                    **{role: self._gpu_bytes(proc) for role, proc in procs.items()}}
+                    **{label: self._gpu_bytes(proc) for label, proc in live.items()}}
             return {"base_peak_bytes": getattr(self, "_gpu_peak", {}).get("base"),
                     "limit_bytes": total if isinstance(total, int) else None, "reason": "NVML per-process memory",
                     "gpu_held": held, "head_bound": 1 + self.settings.memory_bound,

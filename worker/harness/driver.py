@@ -21,7 +21,7 @@ import struct
 import sys
 import traceback
 
-DRIVER_VERSION = 6
+DRIVER_VERSION = 7
 _HEADER = struct.Struct(">I")
 
 
@@ -161,11 +161,7 @@ class Driver:
                 "driver": DRIVER_VERSION}
 
     def load(self, req):
-        self.engine = None  # a second model replaces the first; free it before loading
-        self.staged.clear()
-        import gc
-
-        gc.collect()
+        self.unload(req)  # a second model replaces the first: free it (and its cached GPU blocks) before loading
         try:
             self.engine = self.runtime.load_engine(req["path"], device=req["device"],
                                                    max_context=req["max_context"], backend=req["backend"])
@@ -354,6 +350,20 @@ class Driver:
 
     def memory(self, req):
         return {"ok": True, "memory": self._memory()}
+
+    def unload(self, req):
+        """Drop the model and hand its memory back. The first process pair is done with a model once its sweep is
+        verified, while fresh pairs (confirmation, the A/A sentinel) load theirs beside it and the reference: on an
+        80 GB card the 9B's five processes did not fit (the reference alone holds ~40 GiB in verify)."""
+        self.engine, self.held = None, None
+        self.staged.clear()
+        import gc
+
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        return {"ok": True}
 
     def pin_logits(self, req):
         """Page-lock the first `rows` x vocab float32 of the shared buffer for the GPU (cudaHostRegister;

@@ -60,7 +60,8 @@ def shared_oom_is_heads(memory: dict | None) -> tuple[bool, str]:
     seen = ", ".join(f"{r} {_gib(b)}" for r, b in held.items() if b is not None)
     seen = f"GPU memory when it failed: {seen or 'not measured'}" + (
         f" of {_gib(m['limit_bytes'])}" if seen and m.get("limit_bytes") else "")
-    head = held.get("head")
+    heads = [b for label, b in held.items() if (label == "head" or label.endswith("-head")) and b is not None]
+    head = sum(heads) if heads else None  # every process running the PR's code (a fresh pair's head too)
     if head is None or base is None or "head_bound" not in m:
         return False, seen
     if head > base * m["head_bound"] + m.get("slack_bytes", 0):

@@ -42,6 +42,16 @@ def test_an_oom_beside_a_head_like_base_is_infra_and_says_who_held_what(role):
     assert classify(RevisionFault(role, "verify", "oom", "x"), "m", {"base_peak_bytes": GIB}).verdict is Verdict.INFRA
 
 
+def test_a_fresh_pairs_oom_counts_every_process_running_the_prs_code():
+    """A confirmation pair's base runs out beside the first pair: a head that kept its model after `unload` holds
+    twice what base needed across its two processes."""
+    kept = _memory(head=10 * GIB, **{"pair-base": 10 * GIB, "pair-head": 10 * GIB})
+    f = classify(RevisionFault("base", "load", "oom", "CUDA out of memory"), "m", kept)
+    assert f.verdict is Verdict.REJECT and "20.0 GiB" in f.detail
+    dropped = _memory(head=GIB // 2, **{"pair-base": 10 * GIB, "pair-head": 10 * GIB})
+    assert classify(RevisionFault("base", "load", "oom", "x"), "m", dropped).verdict is Verdict.INFRA
+
+
 def test_the_bound_is_the_memory_gates():
     edge = 10 * GIB * 1.1 + (256 << 20)
     assert not shared_oom_is_heads(_memory(head=int(edge)))[0]

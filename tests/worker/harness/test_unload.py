@@ -1,0 +1,55 @@
+"""The first process pair drops its model once its sweep is verified, before any fresh pair loads one.
+
+On a GPU the fresh pairs (confirmation, the A/A sentinel) load beside the first pair and the trusted reference;
+the 9B's five processes do not fit an 80 GB card (the reference alone held 39.5 GiB in verify,
+bench/receipts/gpu-e2e-h100-20261206T172010Z.json)."""
+from __future__ import annotations
+
+import pytest
+
+from worker.calibration.aa_store import AAStore
+from worker.harness.client import RevisionFault, RevisionProcess
+
+from tests.worker.helpers import GOOD, eval_fakes, fake_model
+
+
+@pytest.mark.sandbox
+@pytest.mark.timed
+def test_the_driver_drops_its_model_on_unload(tmp_path):
+    m = fake_model(tmp_path / "m.gguf")
+    with RevisionProcess("base", GOOD, tmp_path / "w", read_only=[tmp_path]) as proc:
+        proc.start(30)
+        proc.request("load", path=str(m), device="cpu", max_context=512, backend="auto", phase="load", timeout=30)
+        assert "error" not in proc.request("memory", phase="measure", timeout=10)[0]["memory"]
+        assert proc.request("unload", phase="measure", timeout=10)[0]["ok"]
+        assert "error" in proc.request("memory", phase="measure", timeout=10)[0]["memory"]  # no engine left
+        proc.request("stage", key="k", ids=[1, 2, 3], phase="measure", timeout=10)
+        with pytest.raises(RevisionFault):
+            proc.request("prefill", key="k", phase="measure", timeout=10)
+
+
+@pytest.mark.sandbox
+@pytest.mark.timed
+def test_the_first_pair_unloads_before_the_sentinel_pair_starts(tmp_path, cache, monkeypatch):
+    events = []
+    start, request = RevisionProcess.start, RevisionProcess.request
+
+    def spy_start(self, *a, **k):
+        events.append(("start", self.role))
+        return start(self, *a, **k)
+
+    def spy_request(self, op, **k):
+        if op == "unload":
+            events.append(("unload", self.role))
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "start", spy_start)
+    monkeypatch.setattr(RevisionProcess, "request", spy_request)
+    r = eval_fakes(tmp_path, settings={"sentinel_aa_pair": "always"}, store=AAStore(tmp_path / "aa.sqlite"))
+    assert r.receipt["models"]["fake"]["sentinel_aa_pair"]["recorded"], (r.summary, events)
+    # base, head and the reference start first (the last such start: an INFRA retry on a busy box starts over)
+    main = max(i for i, e in enumerate(events) if e == ("start", "reference"))
+    fresh = next(i for i, e in enumerate(events) if i > main and e[0] == "start")  # the sentinel's base-vs-base pair
+    assert {e for e in events[main:fresh] if e[0] == "unload"} == {("unload", "base"), ("unload", "head")}, events
+    # what the revisions said about their memory was asked for before they let it go
+    assert all(v is not None for v in r.receipt["models"]["fake"]["memory_reported_by_revision"].values())
