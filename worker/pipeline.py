@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
-import math
 import os
 import shutil
 import site
@@ -36,7 +35,7 @@ from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, MergeConflict, Revision, checkout_pair, remove_worktree, subtree_id
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
 from worker.verdicts.faults import EvalFault, classify, infra
-from worker.guards.scoring import GuardBounds, guard_bounds, guard_key, guard_result, reference_version, score_revisions
+from worker.guards.scoring import guard_bounds, guard_key, guard_result, reference_version, score_revisions
 from worker.harness.client import RevisionFault, RevisionProcess, bounded_memory, short_text
 from worker.gates.noise import GateNull
 from worker.paths import cache_dir

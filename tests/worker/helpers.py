@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,15 @@ def quick_settings() -> EvalSettings:
         spec = ModelSpec(name=primary.name, path=str(fixture), decode_contexts=primary.decode_contexts,
                          prefill_contexts=primary.prefill_contexts)
         return s.with_profile("quick", models=[spec])
+
+
+@contextmanager
+def loaded_fake(tmp_path: Path, role: str = "head"):
+    """One sandboxed driver process of the good fake runtime, its model loaded on the CPU."""
+    from worker.harness.client import RevisionProcess
+
+    m = fake_model(tmp_path / "m.gguf")
+    with RevisionProcess(role, GOOD, tmp_path / "w", read_only=[tmp_path]) as proc:
+        proc.start(30)
+        proc.request("load", path=str(m), device="cpu", max_context=512, backend="auto", phase="load", timeout=30)
+        yield proc

@@ -8,9 +8,9 @@ import pytest
 
 from worker.guards import scoring as guards
 from worker.guards.scoring import long_positions, score_revisions
-from worker.harness.client import RevisionFault, RevisionProcess
+from worker.harness.client import RevisionFault
 
-from tests.worker.helpers import GOOD, fake_model
+from tests.worker.helpers import loaded_fake
 
 
 def test_positions_fit_the_budget_and_sit_in_the_deep_half():
@@ -26,10 +26,7 @@ def test_positions_fit_the_budget_and_sit_in_the_deep_half():
 @pytest.mark.sandbox
 @pytest.mark.timed
 def test_the_driver_returns_only_the_rows_asked_for_after_the_prefill(tmp_path):
-    m = fake_model(tmp_path / "m.gguf")
-    with RevisionProcess("head", GOOD, tmp_path / "w", read_only=[tmp_path]) as proc:
-        proc.start(30)
-        proc.request("load", path=str(m), device="cpu", max_context=512, backend="auto", phase="load", timeout=30)
+    with loaded_fake(tmp_path) as proc:
         ids = list(range(1, 301))
         proc.request("stage", key="k", ids=ids, phase="accuracy", timeout=10)
         full = guards._logits(proc, "k", 300, 10)

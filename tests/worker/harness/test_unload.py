@@ -10,16 +10,13 @@ import pytest
 from worker.calibration.aa_store import AAStore
 from worker.harness.client import RevisionFault, RevisionProcess
 
-from tests.worker.helpers import GOOD, eval_fakes, fake_model
+from tests.worker.helpers import eval_fakes, loaded_fake
 
 
 @pytest.mark.sandbox
 @pytest.mark.timed
 def test_the_driver_drops_its_model_on_unload(tmp_path):
-    m = fake_model(tmp_path / "m.gguf")
-    with RevisionProcess("base", GOOD, tmp_path / "w", read_only=[tmp_path]) as proc:
-        proc.start(30)
-        proc.request("load", path=str(m), device="cpu", max_context=512, backend="auto", phase="load", timeout=30)
+    with loaded_fake(tmp_path, "base") as proc:
         assert "error" not in proc.request("memory", phase="measure", timeout=10)[0]["memory"]
         assert proc.request("unload", phase="measure", timeout=10)[0]["ok"]
         assert "error" in proc.request("memory", phase="measure", timeout=10)[0]["memory"]  # no engine left
