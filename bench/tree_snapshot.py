@@ -40,6 +40,18 @@ def working_tree(repo: Path) -> str:
         return _write_tree(_git_in(repo, Path(d) / "index"))
 
 
+def tree_facts(repo: Path) -> dict:
+    """For a receipt: the tree that ran (`working_tree`) and whether it is HEAD's; on the device HEAD is the last
+    landed commit, not what was sent. Null with the reason where git cannot say (no .git on the copy)."""
+    try:
+        tree = working_tree(repo)
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD^{tree}"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+        return {"git_tree": tree, "git_tree_is_head": tree == head}
+    except (OSError, subprocess.CalledProcessError) as e:
+        return {"git_tree": None, "git_tree_reason": f"{type(e).__name__}: {e}"[:500]}
+
+
 def snapshot_commit(repo: Path) -> str:
     """SHA of a commit holding the working tree of `repo` (parent: HEAD), also stored at REF."""
     with tempfile.TemporaryDirectory() as d:

@@ -614,15 +614,18 @@ class Evaluation:
                                                floor=p.output_kl_floor, ratio=p.output_kl_ratio,
                                                base_max=p.output_kl_base_max))
 
-    def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> None:
-        """NVML's per-process GPU memory of each revision's tree; the receipt keeps the maximum."""
+    def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> dict[str, int | None]:
+        """NVML's per-process GPU memory of each revision's tree and of this worker ("worker": the guards' scoring
+        runs on the same card), as read now; the receipt keeps each one's maximum."""
         if not self.profile.device.startswith("cuda"):
-            return
+            return {}
         peaks = self.__dict__.setdefault("_gpu_peak", {})
         own = telemetry.nvml(telemetry.device_index(self.profile.device)).process_memory({os.getpid()})
-        for role, used in [*((r, self._gpu_bytes(proc)) for r, proc in procs.items()), ("worker", own)]:
-            if used is not None:  # "worker": this process (the guards' scoring runs on the same card)
-                peaks[role] = max(peaks.get(role, 0), used)
+        now = {"worker": own, **{label: self._gpu_bytes(proc) for label, proc in procs.items()}}
+        for label, used in now.items():
+            if used is not None:
+                peaks[label] = max(peaks.get(label, 0), used)
+        return now
 
     def _foreign_gpu_check(self, procs: dict[str, RevisionProcess], when: str) -> None:
         self._sample_gpu_memory(procs)
@@ -688,13 +691,10 @@ class Evaluation:
         p = self.profile
         base = procs.get("base")
         if p.device.startswith("cuda"):
-            self._sample_gpu_memory({k: v for k, v in procs.items() if k == "base"})
-            nv = telemetry.nvml(telemetry.device_index(p.device))
-            total = nv.device().get("memory_total_bytes")
             live = dict(getattr(self, "_main_procs", {}))  # a fresh pair's fault: the first pair and reference too
             live.update({role if live.get(role) is proc else f"pair-{role}": proc for role, proc in procs.items()})
-            held = {"worker": nv.process_memory({os.getpid()}),
-                    **{label: self._gpu_bytes(proc) for label, proc in live.items()}}
+            held = self._sample_gpu_memory(live)  # base's reading now counts in its peak too
+            total = telemetry.nvml(telemetry.device_index(p.device)).device().get("memory_total_bytes")
             return {"base_peak_bytes": getattr(self, "_gpu_peak", {}).get("base"),
                     "limit_bytes": total if isinstance(total, int) else None, "reason": "NVML per-process memory",
                     "gpu_held": held, "head_bound": 1 + self.settings.memory_bound,

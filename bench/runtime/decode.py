@@ -107,16 +107,10 @@ def environment() -> dict:
 
 
 def _tree(env: dict) -> dict:
-    """HEAD on the device is the last landed commit, not what ran: the tree that ran, by its git tree SHA (equal to
-    `git rev-parse <commit>^{tree}` of the local commit that was sent), and whether it is HEAD's."""
-    from bench.tree_snapshot import working_tree
+    """The tree that ran, beside the commit (bench/tree_snapshot.py tree_facts)."""
+    from bench.tree_snapshot import tree_facts
 
-    try:
-        env["git_tree"] = working_tree(ROOT)
-        env["git_tree_is_head"] = env["git_tree"] == subprocess.check_output(
-            ["git", "rev-parse", "HEAD^{tree}"], cwd=ROOT, text=True, stderr=subprocess.DEVNULL).strip()
-    except Exception as e:
-        env["git_tree"], env["git_tree_reason"] = None, _err(e)
+    env.update(tree_facts(ROOT))
     return env
 
 

@@ -97,17 +97,6 @@ def _branch(repo: Path, name: str, plants: list[tuple[str, str, str]], extra=Non
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
 
 
-def _tree() -> dict:
-    """The tree that ran, by its git tree SHA: on the device HEAD is the last landed commit, not what was sent
-    (equal to `git rev-parse <commit>^{tree}` of the local commit; bench/tree_snapshot.py)."""
-    from bench.tree_snapshot import working_tree
-
-    try:
-        return {"git_tree": working_tree(REPO)}
-    except (OSError, subprocess.CalledProcessError) as e:
-        return {"git_tree": None, "git_tree_reason": f"{type(e).__name__}: {e}"[:300]}
-
-
 def make_planted_repo(dest: Path) -> Path:
     """A clone of this checkout whose main is the working tree as it is (bench/tree_snapshot.py: the very
     commit `bench/worker/gpu_calibration.py` calibrates on the box, so main's runtime tree is the one the
@@ -370,6 +359,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     cache = Path(os.environ.setdefault("TOKENGATE_CACHE_DIR", str(work / "cache")))  # the worker's volume
     sys.path.insert(0, str(REPO))
+    from bench.tree_snapshot import tree_facts
     from worker import telemetry
     from worker.config import EvalSettings
     from worker.queue.app import configure
@@ -379,7 +369,7 @@ def main(argv=None) -> int:
         settings = settings.with_profile(args.profile, max_process_pairs=args.max_pairs)
     prof = settings.profile_settings(args.profile)
     receipt = {"kind": "gpu_e2e", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "commit": args.commit, **_tree(), "profile": args.profile, "config": prof.model_dump(mode="json"),
+               "commit": args.commit, **tree_facts(REPO), "profile": args.profile, "config": prof.model_dump(mode="json"),
                "eval_settings": settings.model_dump(mode="json", exclude={"profiles"}),
                "host": telemetry.host_facts(args.device), "budget_s": args.budget_s, "steps": {}, "cases": [],
                "skipped": []}

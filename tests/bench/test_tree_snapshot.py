@@ -1,7 +1,7 @@
 """bench/tree_snapshot.py: revisions checked out by bench scripts are the working tree, not the last commit."""
 import subprocess
 
-from bench.tree_snapshot import REF, snapshot_commit
+from bench.tree_snapshot import REF, snapshot_commit, working_tree
 
 
 def _git(repo, *a):
@@ -64,3 +64,17 @@ def test_receipts_record_the_tree_that_ran(monkeypatch):
     env = environment()
     assert env["git_tree"] == working_tree(ROOT)
     assert env["git_tree_is_head"] == (env["git_tree"] == _git(ROOT, "rev-parse", "HEAD^{tree}"))
+
+
+def test_the_receipt_names_the_tree_that_ran_or_says_why_not(tmp_path):
+    """On the device HEAD is the last landed commit, not what ran: receipts (bench/worker/gpu_e2e.py,
+    bench/runtime/decode.py) name the working tree's SHA."""
+    import re
+
+    from bench.runtime.decode import ROOT
+    from bench.tree_snapshot import tree_facts
+
+    got = tree_facts(ROOT)
+    assert re.fullmatch(r"[0-9a-f]{40}", got["git_tree"]) and got["git_tree"] == working_tree(ROOT)
+    got = tree_facts(tmp_path)  # no git here: null, with the reason
+    assert got["git_tree"] is None and got["git_tree_reason"]

@@ -25,6 +25,14 @@ DRIVER_VERSION = 7
 _HEADER = struct.Struct(">I")
 
 
+def _live_cuda():
+    """torch, where this process has a CUDA context already (never starts one), else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch
+    return None
+
+
 def _read_frame(stream):
     head = stream.read(_HEADER.size)
     if len(head) < _HEADER.size:
@@ -275,8 +283,8 @@ class Driver:
             picked = held[pos]
         shape = self._put(picked)
         del held, picked
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch = _live_cuda()
+        if torch is not None:
             torch.cuda.empty_cache()  # a long prompt's logits are GBs: hand them back before timing
         return {"ok": True, "shape": shape}
 
@@ -360,8 +368,8 @@ class Driver:
         import gc
 
         gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch = _live_cuda()
+        if torch is not None:
             torch.cuda.empty_cache()
         return {"ok": True}
 
@@ -396,8 +404,8 @@ class Driver:
     # -- helpers -----------------------------------------------------------------------------
     def device_sync(self):
         """Synchronise CUDA ourselves too: the engine's own synchronize() is revision code."""
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch = _live_cuda()
+        if torch is not None:
             torch.cuda.synchronize()
 
     def _memory(self):
