@@ -41,13 +41,14 @@ def working_tree(repo: Path) -> str:
 
 
 def tree_facts(repo: Path) -> dict:
-    """For a receipt: the tree that ran (`working_tree`) and whether it is HEAD's; on the device HEAD is the last
-    landed commit, not what was sent. Null with the reason where git cannot say (no .git on the copy)."""
+    """For a receipt: the tree that ran (`working_tree`), whether it is HEAD's and then HEAD's commit; on the device
+    HEAD is the last landed commit, not what was sent. Null with the reason where git cannot say (no .git on the copy)."""
     try:
         tree = working_tree(repo)
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD^{tree}"], check=True, capture_output=True,
-                              text=True).stdout.strip()
-        return {"git_tree": tree, "git_tree_is_head": tree == head}
+        head, head_tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD", "HEAD^{tree}"], check=True,
+                                         capture_output=True, text=True).stdout.split()
+        # the commit that ran, where the tree is HEAD's exactly (else only the tree names it)
+        return {"git_tree": tree, "git_tree_is_head": tree == head_tree, "git_commit": head if tree == head_tree else None}
     except (OSError, subprocess.CalledProcessError) as e:
         return {"git_tree": None, "git_tree_reason": f"{type(e).__name__}: {e}"[:500]}
 

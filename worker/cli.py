@@ -117,6 +117,8 @@ class _Progress:
             words = {"checkout": "checking out base and head", "models": "preparing models",
                      "start": "starting sandboxed revisions", "load": f"{model}: loading",
                      "accuracy": f"{model}: accuracy guards", "verify": f"{model}: checking outputs",
+                     "confirm": f"{model}: confirming on a fresh process pair",
+                     "sentinel": f"{model}: A/A sentinel pair (calibration upkeep)",
                      "model": f"{model}", "done": "done"}
             self.p.update(self.task, description=words.get(event, event), total=None)
 

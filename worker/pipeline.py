@@ -30,7 +30,7 @@ from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
 from worker.gates.bench import GateSpec, gate_specs, run_sweep
 from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
-                                 merge_output_checks, verify_outputs)
+                                 keep_last_rows, merge_output_checks, verify_outputs)
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, MergeConflict, Revision, checkout_pair, remove_worktree, subtree_id
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
@@ -412,8 +412,8 @@ class Evaluation:
         sweeps = [self._sweep(procs, gates, vocab, model_sha, f"{sweep_id}", spec)]
         self._foreign_gpu_check(procs, "after measuring")
         self.progress("verify", model=spec.name)
-        checks = [self._verify(sweeps[0], gates, procs["reference"])]
-        logit_cache: dict = {}
+        logit_cache: dict = {}  # prompt key -> the reference's last-position logits, shared by both checks
+        checks = [self._verify(sweeps[0], gates, procs["reference"], logit_cache)]
         logit_checks = [self._verify_logits(sweeps[0], gates, procs["reference"], logit_cache)]
         out.receipt["memory_reported_by_revision"] = {
             r: bounded_memory(procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0].get("memory"))
@@ -431,7 +431,7 @@ class Evaluation:
                 # The first pair and the reference are still alive (and ours).
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
-            checks.append(self._verify(sweeps[-1], gates, procs["reference"]))
+            checks.append(self._verify(sweeps[-1], gates, procs["reference"], logit_cache))
             logit_checks.append(self._verify_logits(sweeps[-1], gates, procs["reference"], logit_cache))
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
@@ -529,7 +529,7 @@ class Evaluation:
 
         return set(_secrets.SystemRandom().sample(range(p.pairs), min(p.verify_reps, p.pairs)))
 
-    def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess) -> dict:
+    def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess, last_rows: dict) -> dict:
         p = self.profile
         reps = getattr(sweep, "verify_reps", None)
         reps = sorted(reps) if reps is not None else None
@@ -540,6 +540,7 @@ class Evaluation:
                 for r in ("base", "head"):
                     out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
                                                       tie_tol=p.output_tie_tol, reps=reps, cache=cache)
+            keep_last_rows(cache, last_rows)
         for samples in sweep.checked.values():  # n x vocab per verified decode: not kept past its check
             for s in samples:
                 s.step_logits = None

@@ -261,6 +261,15 @@ def gate_noise(receipt: dict) -> dict:
     return out
 
 
+def gate_row(g: dict, receipt: dict) -> dict:
+    """One gate's timing verdict with its memory gate beside it (the pipeline keeps peaks per model)."""
+    mem = (((receipt.get("models") or {}).get(g.get("model")) or {}).get("gate_memory") or {}).get(g.get("gate")) or {}
+    return {**{k: g.get(k) for k in ("model", "gate", "base_median", "head_median", "rel_change", "ci_low", "ci_high",
+                                     "noise_floor", "significant", "regression", "n_pairs")},
+            "base_peak_gpu_bytes": mem.get("base_peak_gpu_bytes"), "head_peak_gpu_bytes": mem.get("head_peak_gpu_bytes"),
+            "memory_regression": mem.get("regression"), "memory_reason": mem.get("reason")}
+
+
 def phase_seconds(receipt: dict) -> list[dict]:
     return receipt.get("phases") or []
 
@@ -302,14 +311,12 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
         "ok": res["verdict"] in expected, "summary": res.get("summary"), "task_wall_s": round(wall, 1),
         "duration_s": res.get("duration_s"), "phases": phase_seconds(rec),
         "infra_kind": res.get("infra_kind"), "infra_detail": res.get("infra_detail"),
-        "gates": [{k: g.get(k) for k in ("model", "gate", "base_median", "head_median", "rel_change", "ci_low",
-                                          "ci_high", "noise_floor", "significant", "regression", "n_pairs",
-                                          "base_peak_gpu_bytes", "head_peak_gpu_bytes", "memory_regression")}
-                  for g in res.get("gates") or []],
+        "gates": [gate_row(g, rec) for g in res.get("gates") or []],
         "guards": res.get("guards"), "noise": gate_noise(rec),
         "models": {k: {"gguf_sha256": v.get("gguf_sha256"), "process_pairs": v.get("process_pairs"),
                        "gate_memory": v.get("gate_memory")} for k, v in (rec.get("models") or {}).items()},
         "load_seconds": {r: (p.get("hello") or {}).get("load_seconds") for r, p in (rec.get("processes") or {}).items()},
+        "op_seconds": {r: p.get("op_seconds") for r, p in (rec.get("processes") or {}).items()},
         "pair_load_seconds": rec.get("pair_load_seconds"),
         "peak_gpu_memory_bytes": {**{r: p.get("peak_gpu_memory_bytes") for r, p in (rec.get("processes") or {}).items()},
                                   "worker": rec.get("worker_peak_gpu_memory_bytes")},
@@ -369,7 +376,7 @@ def main(argv=None) -> int:
         settings = settings.with_profile(args.profile, max_process_pairs=args.max_pairs)
     prof = settings.profile_settings(args.profile)
     receipt = {"kind": "gpu_e2e", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "commit": args.commit, **tree_facts(REPO), "profile": args.profile, "config": prof.model_dump(mode="json"),
+               **(tree := tree_facts(REPO)), "commit": args.commit or tree.get("git_commit"), "profile": args.profile, "config": prof.model_dump(mode="json"),
                "eval_settings": settings.model_dump(mode="json", exclude={"profiles"}),
                "host": telemetry.host_facts(args.device), "budget_s": args.budget_s, "steps": {}, "cases": [],
                "skipped": []}

@@ -76,5 +76,16 @@ def test_the_receipt_names_the_tree_that_ran_or_says_why_not(tmp_path):
 
     got = tree_facts(ROOT)
     assert re.fullmatch(r"[0-9a-f]{40}", got["git_tree"]) and got["git_tree"] == working_tree(ROOT)
+    assert got["git_commit"] == (_git(ROOT, "rev-parse", "HEAD") if got["git_tree_is_head"] else None)
     got = tree_facts(tmp_path)  # no git here: null, with the reason
     assert got["git_tree"] is None and got["git_tree_reason"]
+
+
+def test_the_commit_is_named_only_where_the_tree_that_ran_is_heads(tmp_path):
+    from bench.tree_snapshot import tree_facts
+
+    repo = _repo(tmp_path, {"a.py": "old\n"})
+    assert tree_facts(repo)["git_commit"] == _git(repo, "rev-parse", "HEAD")
+    (repo / "a.py").write_text("sent, not landed\n")  # what the device copy holds beside the last landed commit
+    got = tree_facts(repo)
+    assert got["git_commit"] is None and not got["git_tree_is_head"]

@@ -20,6 +20,7 @@ def maybe_record(ev, spec, gates, resolved, vocab: int, reference, out) -> None:
     if not enabled(ev.settings.sentinel_aa_pair, ev.profile.device) or "base" not in ev.revs:
         return
     base = ev.revs["base"]
+    ev.progress("sentinel", model=spec.name)  # its own phase in the receipt: a fresh pair's load and sweep
     try:
         with ev.fresh_pair({"base": base, "head": base}, spec, resolved.path, 1000, vocab) as pair:
             sw = ev._sweep(pair, gates, vocab, resolved.sha256, f"{ev.eval_id}/sentinel", spec)

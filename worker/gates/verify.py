@@ -63,6 +63,14 @@ def reference_last_logits(reference: RevisionProcess, key: str, ids: list[int], 
     return cache[key]
 
 
+def keep_last_rows(teacher_cache: dict, last_cache: dict) -> None:
+    """Row 0 of any teacher-forced rows of a prompt is its last-position logits: kept for the timed-logit
+    check, so the reference does not prefill that prompt again (at 32k on the 9B, seconds a prompt)."""
+    for key, per in teacher_cache.items():
+        if isinstance(key, str) and per and key not in last_cache:
+            last_cache[key] = np.array(next(iter(per.values()))[0])
+
+
 def check_timed_logits(sweep, role: str, gate: str, reference: RevisionProcess, *, timeout: float,
                        cache: dict) -> LogitCheck:
     kls = []

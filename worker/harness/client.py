@@ -52,6 +52,9 @@ class ProcessUsage:
     cpu_system_s: float | None = None
     peak_tree_rss_bytes: int | None = None
     exit_status: int | None = None
+    # op -> [answered requests, seconds the parent measured around them]: where a process's time went (the
+    # reference's output checks are most of a 9B evaluation's verify phase, gpu-e2e-h100-20261206T192305Z.json)
+    op_seconds: dict[str, list] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,12 +244,14 @@ class RevisionProcess:
             raise RevisionFault(self.role, op, "crashed", "process not running")
         self._seq = getattr(self, "_seq", 0) + 1
         self._cpu0 = self._cpu_ns() if self.track_cpu else None
-        self._t0 = time.perf_counter()
+        self._t0, self._op = time.perf_counter(), op
         self._send({"op": op, "seq": self._seq, **kw})
 
     def finish(self, *, phase: str, timeout: float) -> tuple[dict, float]:
         resp = self._read(timeout, phase)
         elapsed = time.perf_counter() - self._t0
+        calls = self.usage.op_seconds.setdefault(self._op, [0, 0.0])
+        calls[0], calls[1] = calls[0] + 1, calls[1] + elapsed
         cpu0 = self._cpu0
         cpu1 = self._cpu_after(cpu0) if self.track_cpu else None
         self.last_oncpu_s = (cpu1 - cpu0) / 1e9 if cpu0 is not None and cpu1 is not None else None

@@ -297,3 +297,29 @@ def test_non_finite_step_logits_are_the_revisions_fault():
         run_sweep({"base": Proc("base"), "head": Proc("head")}, [g], vocab=30, model_sha="x", pairs=2, warmup=0,
                   timeout=1, step_logits=True)
     assert e.value.role == "head" and e.value.kind == "nonfinite"
+
+
+@pytest.mark.sandbox
+@pytest.mark.timed
+def test_the_reference_computes_each_timed_prompt_once(tmp_path, cache, monkeypatch):
+    """The teacher-forced decode check and the timed-logit check need the same prompt's last-position logits: the
+    reference prefills it once (a 32k prompt on the 9B's fp32 reference costs seconds; verify was 249 s of a 356 s
+    A/A, bench/receipts/gpu-e2e-h100-20261206T192305Z.json). What each process's requests cost is in the receipt."""
+    from worker.harness.client import RevisionProcess
+
+    staged, request = [], RevisionProcess.request
+
+    def spy(self, op, **k):
+        if self.role == "reference" and op == "stage" and k.get("phase") == "verify":
+            staged.append(k["key"])
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
+    r = eval_fakes(tmp_path)
+    assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary  # uncalibrated: no A/A history here
+    assert staged and len(staged) == len(set(staged)), sorted(staged)
+    ops = r.receipt["processes"]["reference"]["op_seconds"]
+    assert ops["teacher_logits"][0] >= 1 and ops["stage"][0] >= len(staged), ops
+    assert all(calls >= 1 and seconds >= 0 for calls, seconds in ops.values())
+    checked = r.receipt["models"]["fake"]["timed_logit_checks"]  # the shared rows still check every timed request
+    assert all(c[role]["checked"] >= 1 for c in checked.values() for role in ("base", "head")), checked

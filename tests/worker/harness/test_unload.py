@@ -50,3 +50,6 @@ def test_the_first_pair_unloads_before_the_sentinel_pair_starts(tmp_path, cache,
     assert {e for e in events[main:fresh] if e[0] == "unload"} == {("unload", "base"), ("unload", "head")}, events
     # what the revisions said about their memory was asked for before they let it go
     assert all(v is not None for v in r.receipt["models"]["fake"]["memory_reported_by_revision"].values())
+    # the sentinel pair's load and sweep are a phase of their own, not part of "verify" (the receipt's per-phase times)
+    phases = [p["phase"] for p in r.receipt["phases"]]
+    assert phases.index("verify") < phases.index("sentinel"), phases
