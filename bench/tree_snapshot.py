@@ -47,8 +47,8 @@ def tree_facts(repo: Path) -> dict:
         tree = working_tree(repo)
         head, head_tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD", "HEAD^{tree}"], check=True,
                                          capture_output=True, text=True).stdout.split()
-        # the commit that ran, where the tree is HEAD's exactly (else only the tree names it)
-        return {"git_tree": tree, "git_tree_is_head": tree == head_tree, "git_commit": head if tree == head_tree else None}
+        is_head = tree == head_tree  # then HEAD is the commit that ran; else only the tree names it
+        return {"git_tree": tree, "git_tree_is_head": is_head, "git_commit": head if is_head else None}
     except (OSError, subprocess.CalledProcessError) as e:
         return {"git_tree": None, "git_tree_reason": f"{type(e).__name__}: {e}"[:500]}
 

@@ -263,7 +263,8 @@ def gate_noise(receipt: dict) -> dict:
 
 def gate_row(g: dict, receipt: dict) -> dict:
     """One gate's timing verdict with its memory gate beside it (the pipeline keeps peaks per model)."""
-    mem = (((receipt.get("models") or {}).get(g.get("model")) or {}).get("gate_memory") or {}).get(g.get("gate")) or {}
+    model = (receipt.get("models") or {}).get(g.get("model")) or {}
+    mem = (model.get("gate_memory") or {}).get(g.get("gate")) or {}
     return {**{k: g.get(k) for k in ("model", "gate", "base_median", "head_median", "rel_change", "ci_low", "ci_high",
                                      "noise_floor", "significant", "regression", "n_pairs")},
             "base_peak_gpu_bytes": mem.get("base_peak_gpu_bytes"), "head_peak_gpu_bytes": mem.get("head_peak_gpu_bytes"),
@@ -375,8 +376,10 @@ def main(argv=None) -> int:
     if args.max_pairs:
         settings = settings.with_profile(args.profile, max_process_pairs=args.max_pairs)
     prof = settings.profile_settings(args.profile)
+    tree = tree_facts(REPO)
     receipt = {"kind": "gpu_e2e", "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               **(tree := tree_facts(REPO)), "commit": args.commit or tree.get("git_commit"), "profile": args.profile, "config": prof.model_dump(mode="json"),
+               **tree, "commit": args.commit or tree.get("git_commit"), "profile": args.profile,
+               "config": prof.model_dump(mode="json"),
                "eval_settings": settings.model_dump(mode="json", exclude={"profiles"}),
                "host": telemetry.host_facts(args.device), "budget_s": args.budget_s, "steps": {}, "cases": [],
                "skipped": []}
