@@ -51,15 +51,20 @@ nvidia-smi --query-gpu=name,driver_version,uuid,memory.used --format=csv > "$OUT
 # gives the floors; this card's pairs are pooled in as another card's).
 # Committed states are named by the card's model (cal-state-h200-*, cal-state-h100-*): only this model's restore.
 GPU_MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -q H100 && echo h100 || echo h200)
-restore() {
+# A card seen before (the same UUID: its history's key matches if driver, torch and triton do too) restores its own
+# committed state for every step, `calibrate` and `e2e` included: the worker's history of this very card, as a warm
+# worker keeps it. The worker itself decides whether that history still counts (worker/calibration/key.py).
+GPU_UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | head -1 | cut -c1-12)
+restore() {  # $1: a glob narrower than the card model's (this card's UUID)
   [ -f /var/tmp/cal/state.json ] && return 0
   # the newest by its stamp (the names sort by card first); an older protocol's state is history, not a floor
-  local st; st=$(for f in bench/receipts/cal-state-$GPU_MODEL-*.json; do [ -f "$f" ] && echo "${f##*-} $f"; done \
+  local st; st=$(for f in bench/receipts/cal-state-$GPU_MODEL-${1:-}*.json; do [ -f "$f" ] && echo "${f##*-} $f"; done \
     | sort | tail -1 | cut -d' ' -f2); [ -n "$st" ] || return 0
   local tag; tag=$(basename "$st" .json); tag=${tag#cal-state-$GPU_MODEL-}
   mkdir -p /var/tmp/cal && cp "$st" /var/tmp/cal/state.json \
     && cp "bench/receipts/aa-history-$GPU_MODEL-$tag.sqlite" /var/tmp/cal/history.sqlite || return 1
   echo "restored $st"; }
+[ -n "$GPU_UUID" ] && restore "$GPU_UUID-"
 cal() { [ "$1" = calibrate ] || restore
         timeout $(( $(left) )) python3 bench/worker/gpu_calibration.py --state /var/tmp/cal --profile standard --out "$OUT" \
           "$1" ${CAL_ARGS:-} --budget $(( $(left) - 90 )) 2>&1 | tee "$OUT/$1.log" | tail -5
