@@ -249,6 +249,7 @@ def calibrate(repo: str, ref: str, settings: EvalSettings, *, runs: int, models:
         job = Job(repo=repo, base_ref=ref, head_ref=ref, profile=settings.profile, models=models, device=device)
         ev = Evaluation(job, settings, store=store, record_aa=True, progress=progress, **kw)
         r = ev.run()
+        ev.upkeep()
         if r.verdict == Verdict.INFRA:
             raise RuntimeError(f"A/A run {i + 1} could not measure: {r.summary}")
         done.append(r)

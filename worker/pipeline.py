@@ -155,6 +155,11 @@ class Evaluation:
         self.revs: dict[str, Revision] = {}  # checked-out base and head (fresh process pairs start from them)
         self.base_runtime: str | None = None  # the base's runtime tree id (worker/calibration/runtime_change.py)
 
+    def upkeep(self) -> dict:
+        """What the evaluation owes the service after its verdict (the A/A sentinel pair): call it once the
+        verdict is out, before the next job on this device."""
+        return sentinel.record_owed(self)
+
     def progress(self, event: str, **info) -> None:
         """Report progress; also where the whole-evaluation time limit is enforced."""
         if self._deadline is not None and time.monotonic() > self._deadline:
@@ -202,6 +207,7 @@ class Evaluation:
             git_dir, base, head = checkout_pair(self.job.repo, self.job.base_ref, self.job.head_ref, self.workdir,
                                                 self.job.base_sha, self.job.head_sha)
             revs = self.revs = {"base": base, "head": head}
+            self._git_dir = git_dir  # the A/A upkeep checks out its base again after the verdict (sentinel.py)
             self.base_runtime = subtree_id(git_dir, base.sha, self.settings.runtime_path)
             receipt["revisions"] = {r: {"ref": v.ref, "sha": v.sha, "merged_with_base": v.merged_sha}
                                     for r, v in revs.items()}
@@ -393,7 +399,7 @@ class Evaluation:
             if gates:
                 self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id,
                              more_pairs=lambda n: self.fresh_pair(self.revs, spec, resolved.path, n, vocab))
-                sentinel.maybe_record(self, spec, gates, resolved, vocab, procs["reference"], out)
+                sentinel.owe(self, spec, gates, resolved, vocab, out)
             if self.record_aa:
                 self.record_pair_deltas(spec, out, sha=self.job.base_sha)
         except RevisionFault as f:
@@ -493,8 +499,11 @@ class Evaluation:
         out.receipt["gate_memory"] = rows
 
     def _verify_logits(self, sweep, gates: list[GateSpec], reference: RevisionProcess, cache: dict) -> dict:
+        """Every timed prefill; a decode gate's untimed prefill on the verified reps only (verify.py's doc)."""
         t = self.profile.request_timeout_s
-        return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=t, cache=cache)
+        verified = getattr(sweep, "verify_reps", None)
+        return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=t, cache=cache,
+                                                reps=verified if g.metric == "decode_tok_s" else None)
                 for g in gates for r in ("base", "head")}
 
     def _judge_logits(self, model: str, gates: list[GateSpec], per_sweep: list[dict], out: ModelOutcome) -> None:
@@ -787,7 +796,13 @@ def _merge_checks(checks: list[dict]) -> dict:
 
 
 def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:
-    return Evaluation(job, settings, **kw).run()
+    """One evaluation in this process, its upkeep (the A/A sentinel pair) taken before it returns."""
+    ev = Evaluation(job, settings, **kw)
+    result = ev.run()
+    upkeep = ev.upkeep()
+    if upkeep:
+        result.receipt["upkeep"] = upkeep
+    return result
 
 
 def evaluate_with_retries(job: Job, settings: EvalSettings | None = None, *, sleep=time.sleep,

@@ -287,13 +287,30 @@ def phases_log(out: Path, eval_prefix: str) -> list[dict]:
     return rows
 
 
+def upkeep_log(out: Path, eval_id: str, timeout: float, poll: float = 1.0) -> dict:
+    """The upkeep the worker takes after a verdict (its A/A sentinel pairs, worker/calibration/sentinel.py), from
+    phases.jsonl: waited for, so that the next case starts on an idle worker, and timed from the verdict's `done`
+    to the upkeep's."""
+    t_end = time.monotonic() + timeout
+    while True:
+        rows = [r for r in phases_log(out, eval_id) if r.get("eval_id") == eval_id]
+        dones = [i for i, r in enumerate(rows) if r["phase"] == "done"]
+        if len(dones) >= 2:
+            return {"seconds": round(rows[dones[1]]["t"] - rows[dones[0]]["t"], 1),
+                    "phases": rows[dones[0] + 1:dones[1]]}
+        if time.monotonic() >= t_end:
+            return {"seconds": None, "reason": f"the upkeep did not end within {timeout:.0f} s of the verdict",
+                    "phases": rows[dones[0] + 1:] if dones else []}
+        time.sleep(poll)
+
+
 # The speedup case's base is a planted branch, not main: its runtime tree differs from the A/A history's by
 # the plant alone, and the worker would first record drift_window A/A pairs of it (worker/calibration/
 # runtime_change.py; ~7 min of 9B pairs). Off for that case only, and the case says so.
 NOT_MAIN_BASE = {"speedup"}
 
 
-def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout: float) -> dict:
+def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout: float, out: Path) -> dict:
     base, head, expected = CASES[name]
     note = None
     if name in NOT_MAIN_BASE:
@@ -307,9 +324,12 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
     res = app.send_task("tokengate.evaluate", args=[job], queue="gpu").get(timeout=timeout)
     wall = time.monotonic() - t
     rec = res.get("receipt") or {}
+    owed = any((m.get("sentinel_aa_pair") or {}).get("recorded", False) is None for m in (rec.get("models") or {}).values())
+    upkeep = upkeep_log(out, job["eval_id"], max(1.0, timeout - wall)) if owed else None
     return {
         "case": name, "base": base, "head": head, "expected": sorted(expected), "verdict": res["verdict"], "note": note,
         "ok": res["verdict"] in expected, "summary": res.get("summary"), "task_wall_s": round(wall, 1),
+        "upkeep_after_verdict": upkeep,
         "duration_s": res.get("duration_s"), "phases": phase_seconds(rec),
         "infra_kind": res.get("infra_kind"), "infra_detail": res.get("infra_detail"),
         "gates": [gate_row(g, rec) for g in res.get("gates") or []],
@@ -428,13 +448,15 @@ def main(argv=None) -> int:
                 continue
             t = time.monotonic()
             try:
-                receipt["cases"].append(run_case(app, name, Path(repo), settings, args.profile, i, timeout=left))
+                receipt["cases"].append(run_case(app, name, Path(repo), settings, args.profile, i, timeout=left,
+                                                 out=out))
             except Exception as exc:  # noqa: BLE001
                 receipt["cases"].append({"case": name, "verdict": None, "ok": False,
                                          "reason": f"{type(exc).__name__}: {exc}",
                                          "phases_started": phases_log(out, f"e2e-{name}-")})
             c = receipt["cases"][-1]
-            print(f"[e2e] {name}: {c.get('verdict')} (expected {c.get('expected')}) in {time.monotonic() - t:.0f} s",
+            print(f"[e2e] {name}: {c.get('verdict')} (expected {c.get('expected')}) in {c.get('task_wall_s')} s; upkeep "
+                  f"after it {(c.get('upkeep_after_verdict') or {}).get('seconds')} s; {time.monotonic() - t:.0f} s in all",
                   flush=True)
             save()
     finally:

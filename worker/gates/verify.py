@@ -13,10 +13,16 @@ Timed prefill:
 Each timed prefill writes its prompt's last-position logits into the parent's shared memory
 inside the timed request (the decode gates' prefill too); the parent keeps its own copy. After
 timing, the reference computes the same prompts and the parent measures KL(reference || revision)
-per request. Nothing is sampled, so there is no position or rep a revision could guess: a head that
+per request. No timed prefill is sampled, so there is no rep a revision could guess: a head that
 does less work when it is not asked for all logits (skipped layers, shortened attention) shows up
 here even when its argmaxes mostly agree. The bar is relative to base on the same prompts (the
 legitimate difference of an optimised kernel from the fp32 reference) with an absolute floor.
+
+A decode gate's own prefill is not on any clock (its gate times the generate), so its logits are
+checked on the verified reps only: whatever a revision skipped there could speed nothing but the
+generate after it, and that is checked step by step on exactly those reps. Where a prefill gate
+shares the context, that very request is timed and checked on every rep under the prefill gate.
+On the 9B this spares the fp32 reference the unverified reps' decode-only prompts (128, 512, 16k).
 """
 from __future__ import annotations
 
@@ -72,10 +78,11 @@ def keep_last_rows(teacher_cache: dict, last_cache: dict) -> None:
 
 
 def check_timed_logits(sweep, role: str, gate: str, reference: RevisionProcess, *, timeout: float,
-                       cache: dict) -> LogitCheck:
+                       cache: dict, reps: set[int] | None = None) -> LogitCheck:
+    """KL of each checked request's last-position logits; `reps`: only those reps (None: every one)."""
     kls = []
     for s in sweep.checked.get((role, gate), []):
-        if s.logits is None:
+        if s.logits is None or (reps is not None and s.rep not in reps):
             continue
         ref = reference_last_logits(reference, s.prompt_key, sweep.prompts[s.prompt_key], timeout, cache)
         if ref.shape != s.logits.shape:

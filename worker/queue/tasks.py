@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from worker.records import EvalResult, InfraKind, Verdict
 SOFT_LIMIT_S = 3 * 3600  # above every profile's eval_timeout_s; the pipeline has its own per-request limits
 HARD_LIMIT_S = SOFT_LIMIT_S + 300
 RESULT_TTL_S = 7 * 24 * 3600
+log = logging.getLogger("tokengate.worker")
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE", "_KEY", "DATABASE_URL", "BROKER", "BACKEND")
 
 
@@ -90,8 +92,10 @@ def _secrets() -> list[str]:
     return [v for k, v in os.environ.items() if any(w in k.upper() for w in _SECRET_WORDS) and len(v) >= 6]
 
 
-def run_job(job: dict) -> dict:
-    """Evaluate one job dict (the task body, callable without Celery)."""
+def run_job(job: dict, *, defer_upkeep: bool = False) -> dict:
+    """Evaluate one job dict (the task body, callable without Celery). The evaluation's upkeep (its A/A sentinel
+    pair, worker/calibration/sentinel.py) runs before this returns, or with `defer_upkeep` once the task's result
+    is out (`run_owed_upkeep`, from the task's after_return): the verdict does not wait for it."""
     from worker.pipeline import Evaluation, Job
 
     settings = EvalSettings.model_validate(job["settings"]) if job.get("settings") else EvalSettings()
@@ -118,9 +122,35 @@ def run_job(job: dict) -> dict:
             return cached
         _self_calibrate(ev, j)
         result = ev.run().to_dict()
+        if not defer_upkeep:
+            _upkeep(ev)
     if result["verdict"] != Verdict.INFRA.value:
         store_result(key, result)
+    if defer_upkeep:
+        _OWED.append(ev)
     return result
+
+
+_OWED: list = []  # evaluations whose upkeep waits for their task's result to be out (one at a time per worker)
+
+
+def run_owed_upkeep() -> None:
+    """The owed upkeep of this worker's evaluations, each on its device with the device lock held (the next job
+    on the device waits for it). A failure is logged, never raised: it is not the verdict's."""
+    while _OWED:
+        ev = _OWED.pop(0)
+        with device_lock(ev.profile.device):
+            _upkeep(ev)
+
+
+def _upkeep(ev) -> None:
+    try:
+        report = ev.upkeep()
+    except Exception:  # noqa: BLE001 - upkeep never changes a verdict that is already out
+        log.exception("upkeep of evaluation %s failed", ev.eval_id)
+        return
+    if report:
+        log.info("upkeep of evaluation %s: %s", ev.eval_id, json.dumps(report, default=str)[:2000])
 
 
 def _self_calibrate(ev, job) -> None:
@@ -146,7 +176,14 @@ from worker.queue import auth  # noqa: E402
 from worker.queue.auth import RESULT_AUTH, result_mac, sign_result  # noqa: E402,F401  (re-exported)
 
 
-@app.task(name=EVALUATE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+class _EvaluateTask(app.Task):
+    def after_return(self, status, retval, task_id, args, kwargs, einfo):
+        # Celery calls this once the result is stored and the link (the bot's publish task) is sent: the A/A
+        # sentinel pair runs now, while this worker still holds the job (acks_late) and takes no other.
+        run_owed_upkeep()
+
+
+@app.task(name=EVALUATE_TASK, bind=True, base=_EvaluateTask, acks_late=True, reject_on_worker_lost=True,
           soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def evaluate(self, job: dict) -> dict:
-    return sign_result(run_job(job), job, self.request.id)
+    return sign_result(run_job(job, defer_upkeep=True), job, self.request.id)

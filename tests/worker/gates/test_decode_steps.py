@@ -323,3 +323,30 @@ def test_the_reference_computes_each_timed_prompt_once(tmp_path, cache, monkeypa
     assert all(calls >= 1 and seconds >= 0 for calls, seconds in ops.values())
     checked = r.receipt["models"]["fake"]["timed_logit_checks"]  # the shared rows still check every timed request
     assert all(c[role]["checked"] >= 1 for c in checked.values() for role in ("base", "head")), checked
+
+
+@pytest.mark.sandbox
+@pytest.mark.timed
+def test_the_reference_skips_untimed_decode_prefills_of_unverified_reps(tmp_path, cache, monkeypatch):
+    """A decode gate's prefill is on no clock: the reference checks it on the verified rep only (its generate is
+    checked there step by step), while every rep's timed prefill is still checked. On the 9B that spares the fp32
+    reference 3 of 4 reps' decode-only prompts (verify 153 s of a 335 s A/A, gpu-e2e-h100-20261206T204709Z.json)."""
+    from worker.harness.client import RevisionProcess
+
+    staged, request = [], RevisionProcess.request
+
+    def spy(self, op, **k):
+        if self.role == "reference" and op == "stage" and k.get("phase") == "verify":
+            staged.append(k["key"])
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
+    r = eval_fakes(tmp_path, pairs=4, verify_reps=1)  # decode@32 alone at its context, prefill@64 alone at its own
+    assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary
+    first = [k for k in staged if "/" not in k.split(":")[1]]  # the first pair's (a loaded box may add a confirming one)
+    reps = lambda ctx: sorted({int(k.split(":")[2]) for k in first if k.startswith(f"ctx{ctx}:")})  # noqa: E731
+    assert reps(64) == [0, 1, 2, 3], staged  # timed prefills: every rep
+    assert len(reps(32)) == 1, staged  # the decode gate's untimed prefill: the verified rep's alone
+    checked = r.receipt["models"]["fake"]["timed_logit_checks"]  # per pair: 4 timed prefills, 1 verified decode rep
+    pairs = r.receipt["models"]["fake"]["process_pairs"]
+    assert checked["prefill@64"]["head"]["checked"] == 4 * pairs and checked["decode@32"]["head"]["checked"] == pairs

@@ -43,13 +43,13 @@ def test_the_first_pair_unloads_before_the_sentinel_pair_starts(tmp_path, cache,
     monkeypatch.setattr(RevisionProcess, "start", spy_start)
     monkeypatch.setattr(RevisionProcess, "request", spy_request)
     r = eval_fakes(tmp_path, settings={"sentinel_aa_pair": "always"}, store=AAStore(tmp_path / "aa.sqlite"))
-    assert r.receipt["models"]["fake"]["sentinel_aa_pair"]["recorded"], (r.summary, events)
+    assert r.receipt["upkeep"]["fake"]["recorded"], (r.summary, events)
     # base, head and the reference start first (the last such start: an INFRA retry on a busy box starts over)
     main = max(i for i, e in enumerate(events) if e == ("start", "reference"))
     fresh = next(i for i, e in enumerate(events) if i > main and e[0] == "start")  # the sentinel's base-vs-base pair
     assert {e for e in events[main:fresh] if e[0] == "unload"} == {("unload", "base"), ("unload", "head")}, events
     # what the revisions said about their memory was asked for before they let it go
     assert all(v is not None for v in r.receipt["models"]["fake"]["memory_reported_by_revision"].values())
-    # the sentinel pair's load and sweep are a phase of their own, not part of "verify" (the receipt's per-phase times)
-    phases = [p["phase"] for p in r.receipt["phases"]]
-    assert phases.index("verify") < phases.index("sentinel"), phases
+    # the sentinel pair's load and sweep are the upkeep's phase, after the verdict: in neither "verify" nor its time
+    assert "sentinel" not in [p["phase"] for p in r.receipt["phases"]], r.receipt["phases"]
+    assert [p["phase"] for p in r.receipt["upkeep"]["phases"]] == ["sentinel"], r.receipt["upkeep"]

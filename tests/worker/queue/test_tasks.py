@@ -20,18 +20,15 @@ def _redis_or_skip():
         pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
 
 
-@pytest.mark.sandbox
-@pytest.mark.services
-def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
+def _job(tmp_path, monkeypatch, head: str, **settings) -> tuple[dict, str]:
+    """A job for the fake runtimes' repository (head = a variant) and the Redis key prefix it is sent under."""
     _redis_or_skip()
-    from celery.contrib.testing.worker import start_worker
-
     import worker.queue.tasks  # noqa: F401  (registers the task)
 
     prefix = f"tgtest-{uuid.uuid4().hex[:8]}:"
     configure(REDIS_URL, REDIS_URL, key_prefix=prefix)
     monkeypatch.setenv("TOKENGATE_TRUSTED_RUNTIME", str(GOOD))
-    repo = make_repo(tmp_path, head="slow_decode")
+    repo = make_repo(tmp_path, head=head)
     sha = lambda ref: subprocess.run(["git", "-C", str(repo), "rev-parse", ref], capture_output=True, text=True,
                                      check=True).stdout.strip()
     profile = make_profile(fake_model(tmp_path / "m.gguf"), pairs=3, inner=2, prompts_per_seed=1)
@@ -39,7 +36,25 @@ def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
         update={"decode_contexts": [32], "prefill_contexts": [64]})]})
     job = {"repo_url": str(repo), "repo_full_name": "acme/runtime", "pr_number": 7, "base_ref": "main",
            "base_sha": sha("main"), "head_sha": sha("pr"), "head_ref": "pr", "profile": "test",
-           "models": ["fake"], "attempt": 1, "eval_id": 42, "settings": make_settings(profile).model_dump()}
+           "models": ["fake"], "attempt": 1, "eval_id": 42, "settings": make_settings(profile, **settings).model_dump()}
+    return job, prefix
+
+
+def _drop_keys(prefix: str) -> None:
+    client = redis.Redis.from_url(REDIS_URL)
+    for k in client.scan_iter(f"{prefix}*"):
+        client.delete(k)
+    for k in client.scan_iter("*"):  # kombu's queue keys carry the prefix too; drop ours only
+        if k.decode(errors="replace").startswith(prefix):
+            client.delete(k)
+
+
+@pytest.mark.sandbox
+@pytest.mark.services
+def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
+    from celery.contrib.testing.worker import start_worker
+
+    job, prefix = _job(tmp_path, monkeypatch, "slow_decode")
     client = redis.Redis.from_url(REDIS_URL)
     try:
         with start_worker(app, pool="solo", queues=["gpu"], perform_ping_check=False, shutdown_timeout=30):
@@ -57,8 +72,43 @@ def test_evaluate_task_through_redis(tmp_path, cache, monkeypatch):
             assert again["receipt"]["eval_id"] == out["receipt"]["eval_id"]
         assert client.keys(f"{prefix}tokengate:result:*")
     finally:
-        for k in client.scan_iter(f"{prefix}*"):
-            client.delete(k)
-        for k in client.scan_iter("*"):  # kombu's queue keys carry the prefix too; drop ours only
-            if k.decode(errors="replace").startswith(prefix):
-                client.delete(k)
+        _drop_keys(prefix)
+
+
+@pytest.mark.sandbox
+@pytest.mark.services
+def test_the_verdict_is_out_before_the_sentinel_pair_runs(tmp_path, cache, monkeypatch):
+    """The A/A sentinel pair is upkeep, not part of the verdict: the task's result is stored (and its link sent)
+    before the worker takes the pair, and the pair is still recorded before the worker takes another job."""
+    import threading
+
+    from celery.contrib.testing.worker import start_worker
+
+    from worker.calibration import sentinel
+
+    job, prefix = _job(tmp_path, monkeypatch, "slow_decode", sentinel_aa_pair="always")
+    sent, seen, done, record = [], {}, threading.Event(), sentinel.record_owed
+
+    def spy(ev):
+        seen["state_at_start"] = app.AsyncResult(sent[0]).state
+        try:
+            seen["report"] = record(ev)
+        finally:
+            done.set()
+
+    monkeypatch.setattr(sentinel, "record_owed", spy)
+    try:
+        with start_worker(app, pool="solo", queues=["gpu"], perform_ping_check=False, shutdown_timeout=30):
+            res = app.send_task(EVALUATE_TASK, args=[job], queue="gpu")
+            sent.append(res.id)
+            out = res.get(timeout=120)
+            assert out["verdict"] == Verdict.REJECT.value, out["summary"]
+            assert out["receipt"]["models"]["fake"]["sentinel_aa_pair"] == {"recorded": None,
+                                                                            "note": sentinel.OWED_NOTE}
+            assert done.wait(120), "the owed sentinel pair never ran"
+        assert seen["state_at_start"] == "SUCCESS", seen
+        assert seen["report"]["fake"]["recorded"] is True, seen
+        assert set(seen["report"]["fake"]["deltas"]) == {"decode@32", "prefill@64"}
+        assert [p["phase"] for p in seen["report"]["phases"]] == ["sentinel"], seen["report"]["phases"]
+    finally:
+        _drop_keys(prefix)

@@ -215,3 +215,15 @@ def test_filling_the_compile_cache_is_stopped_at_its_cap_and_wiped(tmp_path, mon
     assert "disk cap" in text(r), text(r)
     left = usage(compile_cache.compile_cache_dir(r.head_sha), 10**6)
     assert left.bytes < 1 << 20, left  # emptied after the kill
+
+
+@pytest.mark.sandbox
+def test_cheating_on_the_reps_that_are_not_verified_is_caught_in_every_timed_prefill(tmp_path, monkeypatch):
+    """Decode outputs are verified on a drawn rep; a timed prefill is checked on every rep. The drawn rep (0) is
+    the honest one here: checking timed prefills on the verified reps alone would pass this head."""
+    from worker.pipeline import Evaluation
+
+    monkeypatch.setattr(Evaluation, "_draw_verify_reps", lambda self: {0})
+    r = run_eval(tmp_path, "skip_later_prefills", pairs=4, verify_reps=1)
+    assert r.verdict is Verdict.REJECT, text(r)
+    assert "prefill@64: head's timed outputs differ from the reference" in r.summary, r.summary

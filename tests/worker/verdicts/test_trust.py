@@ -42,17 +42,44 @@ def test_main_failing_its_own_bars_is_infra(tmp_path, cache):
     assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.BASELINE_FAILED_GUARD, r.summary
 
 
+def _pair_deltas(store: AAStore) -> int:
+    import sqlite3
+
+    (n,), = sqlite3.connect(store.path).execute("SELECT COUNT(*) FROM pair_delta").fetchall()
+    return n
+
+
 @pytest.mark.sandbox
 def test_sentinel_pair_is_recorded_every_evaluation(tmp_path, cache):
     store = AAStore(tmp_path / "aa.sqlite")
     r = eval_fakes(tmp_path, settings={"sentinel_aa_pair": "always"}, store=store)
-    assert r.receipt["models"]["fake"]["sentinel_aa_pair"]["recorded"], r.receipt["models"]["fake"]
-    import sqlite3
-
-    (n,), = sqlite3.connect(store.path).execute("SELECT COUNT(*) FROM pair_delta").fetchall()
-    assert n == 2  # one A/A delta per gate
+    assert r.receipt["models"]["fake"]["sentinel_aa_pair"]["recorded"] is None  # owed by the verdict...
+    assert r.receipt["upkeep"]["fake"]["recorded"], r.receipt["upkeep"]  # ...and taken before evaluate() returns
+    assert _pair_deltas(store) == 2  # one A/A delta per gate
     off = eval_fakes(tmp_path / "off", settings={"sentinel_aa_pair": "never"})
-    assert "sentinel_aa_pair" not in off.receipt["models"]["fake"]
+    assert "sentinel_aa_pair" not in off.receipt["models"]["fake"] and "upkeep" not in off.receipt
+
+
+@pytest.mark.sandbox
+def test_the_verdict_does_not_wait_for_the_sentinel_pair(tmp_path, cache):
+    """Evaluation.run() returns the verdict with the pair owed; upkeep() takes it, on a fresh checkout of the
+    base (the evaluation's worktrees are gone by then), and leaves no worktree or work folder behind."""
+    from worker.pipeline import Evaluation, Job
+
+    store = AAStore(tmp_path / "aa.sqlite")
+    repo = make_repo(tmp_path)
+    p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
+    p = p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
+                                                                       "prefill_contexts": [64]})]})
+    ev = Evaluation(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),
+                    make_settings(p, sentinel_aa_pair="always"), trusted_root=GOOD, store=store)
+    r = ev.run()
+    assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary
+    assert _pair_deltas(store) == 0 and "sentinel" not in [x["phase"] for x in r.receipt["phases"]]
+    report = ev.upkeep()
+    assert report["fake"]["recorded"] is True and _pair_deltas(store) == 2, report
+    assert not ev.workdir.exists()
+    assert ev.upkeep() == {}  # owed once, taken once
 
 
 @pytest.mark.sandbox
