@@ -188,6 +188,8 @@ class Evaluation:
         r = attribution.confirm_head_fault(
             first, lambda: Evaluation(job2, self.settings, **{**self._ctor, "workdir": None}).run_once(),
             self.settings.confirm_head_faults)
+        if r.verdict is Verdict.INFRA:
+            sentinel.forgive(self, f"the verdict is INFRA ({r.infra_kind.value if r.infra_kind else 'infra'})")
         return attribution.block_after_failed_attempts(r, self.job.attempt)
 
     def run_once(self) -> EvalResult:
@@ -432,7 +434,9 @@ class Evaluation:
             if not wanted:
                 break
             self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(wanted))
-            with more_pairs(len(sweeps)) as pair:
+            # The first pair stays alive for the next model: frozen meanwhile, so its head can neither load the GPU
+            # while the fresh pair is timed nor answer the fresh head through their shared compile cache.
+            with _frozen(procs["base"], procs["head"]), more_pairs(len(sweeps)) as pair:
                 sweeps.append(self._sweep(pair, gates, vocab, model_sha, f"{sweep_id}/pair{len(sweeps)}", spec))
                 # The first pair and the reference are still alive (and ours).
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
@@ -788,6 +792,17 @@ class Evaluation:
 def _own_cuda_context() -> int:
     torch = sys.modules.get("torch")
     return int(torch is not None and torch.cuda.is_initialized())
+
+
+@contextmanager
+def _frozen(*procs: RevisionProcess) -> Iterator[None]:
+    for p in procs:
+        p.freeze(True)
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.freeze(False)
 
 
 def _merge_checks(checks: list[dict]) -> dict:

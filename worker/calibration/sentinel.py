@@ -13,7 +13,9 @@ itself. Its failure is noted in the upkeep report and costs the evaluation nothi
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 
 from worker.checkout import CheckoutError, add_worktree, remove_worktree
@@ -45,26 +47,37 @@ def owe(ev, spec, gates, resolved, vocab: int, out) -> None:
     out.receipt["sentinel_aa_pair"] = {"recorded": None, "note": OWED_NOTE}
 
 
+def forgive(ev, why: str) -> None:
+    """Drop what `ev` owes: its box failed a check (an INFRA verdict), so its noise is not the null's."""
+    if getattr(ev, "_owed_sentinels", None):
+        ev._owed_sentinels = []
+        ev._owed_dropped = why
+
+
 def record_owed(ev) -> dict:
-    """Take every pair `ev` owes, on a fresh worktree of its base; per model {recorded, deltas | reason}, and the
-    phases it went through (`sentinel` per model). Never raises for a pair's failure."""
+    """Take every pair `ev` owes, on a fresh worktree of its base in a folder of its own (a retry of the same
+    evaluation may already be using the evaluation's); per model {recorded, deltas | reason}, and the phases it
+    went through (`sentinel` per model). Never raises for a pair's failure."""
     owed, ev._owed_sentinels = getattr(ev, "_owed_sentinels", []), []
     git_dir, base = getattr(ev, "_git_dir", None), ev.revs.get("base")
     if not owed or git_dir is None or base is None:
-        return {}
-    ev._phases = []  # the verdict's receipt keeps its own list: these phases are the upkeep's
+        return {"dropped": ev._owed_dropped} if getattr(ev, "_owed_dropped", None) else {}
+    ev._phases, ev._pair_loads = [], []  # the verdict's receipt keeps its own lists: these are the upkeep's
     ev._deadline = time.monotonic() + ev.profile.eval_timeout_s
+    ev.workdir = ev.workdir.with_name(f"{ev.workdir.name}-upkeep-{uuid.uuid4().hex[:8]}")
     report: dict = {}
     try:
-        rev = add_worktree(git_dir, base.sha, ev.workdir / "upkeep" / "base", "base", base.ref)
-    except (CheckoutError, OSError) as exc:
-        return {p.spec.name: {"recorded": False, "reason": f"checkout: {exc}"[:300]} for p in owed}
-    try:
-        for p in owed:
-            report[p.spec.name] = _record(ev, rev, p)
+        try:
+            rev = add_worktree(git_dir, base.sha, ev.workdir / "base", "base", base.ref)
+        except (CheckoutError, OSError, subprocess.TimeoutExpired) as exc:
+            return {p.spec.name: {"recorded": False, "reason": f"checkout: {exc}"[:300]} for p in owed}
+        try:
+            for p in owed:
+                report[p.spec.name] = _record(ev, rev, p)
+        finally:
+            remove_worktree(git_dir, rev)
+            ev._clock_phase("done", {})
     finally:
-        remove_worktree(git_dir, rev)
-        ev._clock_phase("done", {})
         if not ev.keep_workdir:
             shutil.rmtree(ev.workdir, ignore_errors=True)
     report["phases"] = ev._phases
@@ -75,7 +88,10 @@ def _record(ev, rev, p: OwedPair) -> dict:
     try:
         ev.progress("sentinel", model=p.spec.name)  # its own phase: a fresh pair's load and sweep
         with ev.fresh_pair({"base": rev, "head": rev}, p.spec, p.path, 1000, p.vocab) as pair:
+            # the GPU must be the pair's alone, as it was for the verdict's pairs (nothing of the head left on it)
+            ev._foreign_gpu_check(pair, "before the A/A sentinel pair")
             sw = ev._sweep(pair, p.gates, p.vocab, p.sha256, f"{ev.eval_id}/sentinel", p.spec)
+            ev._foreign_gpu_check(pair, "after the A/A sentinel pair")
     except (EvalFault, RevisionFault) as exc:
         return {"recorded": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}
     protocol = ev.protocol_key(p.spec.name)

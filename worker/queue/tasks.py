@@ -186,4 +186,17 @@ class _EvaluateTask(app.Task):
 @app.task(name=EVALUATE_TASK, bind=True, base=_EvaluateTask, acks_late=True, reject_on_worker_lost=True,
           soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def evaluate(self, job: dict) -> dict:
+    done = _stored_result(self)
+    if done is not None:  # delivered again after the worker was lost in the upkeep: the verdict is already out
+        return done
     return sign_result(run_job(job, defer_upkeep=True), job, self.request.id)
+
+
+def _stored_result(task) -> dict | None:
+    """This task id's stored result, when a delivery of it already succeeded (Celery keeps a SUCCESS; the message
+    comes back only because the worker died before its late ack, in the upkeep). None otherwise or unreadable."""
+    try:
+        done = task.AsyncResult(task.request.id)
+        return done.result if done.state == "SUCCESS" and isinstance(done.result, dict) else None
+    except Exception:  # noqa: BLE001 - no result store to ask: evaluate as on a first delivery
+        return None

@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 
 from worker.calibration.aa_store import AAStore
+from worker.config import ModelSpec
 from worker.harness.client import RevisionFault, RevisionProcess
+from worker.records import Verdict
 
-from tests.worker.helpers import eval_fakes, loaded_fake
+from tests.worker.helpers import eval_fakes, fake_model, loaded_fake
 
 
 @pytest.mark.sandbox
@@ -53,3 +55,30 @@ def test_the_first_pair_unloads_before_the_sentinel_pair_starts(tmp_path, cache,
     # the sentinel pair's load and sweep are the upkeep's phase, after the verdict: in neither "verify" nor its time
     assert "sentinel" not in [p["phase"] for p in r.receipt["phases"]], r.receipt["phases"]
     assert [p["phase"] for p in r.receipt["upkeep"]["phases"]] == ["sentinel"], r.receipt["upkeep"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.timed
+def test_the_first_pair_is_frozen_while_a_confirming_pair_is_timed(tmp_path, cache, monkeypatch):
+    """The first pair's processes live on (the next model loads in them): while a fresh pair is timed they must not
+    run. Otherwise the first head could load the GPU exactly while the fresh base is timed, signalled by the fresh
+    head through the compile cache both heads share (one SHA, one cache): a slower base, a tier for the PR."""
+    from worker.gates.noise import GateNull
+    from worker.pipeline import Evaluation
+
+    states, sweep = [], Evaluation._sweep
+
+    def spy(self, procs, *a, **k):
+        main = self._main_procs
+        if procs["head"] is not main["head"]:  # a fresh (confirming) pair
+            states.append({r: main[r].cgroup.frozen() for r in ("base", "head")})
+        return sweep(self, procs, *a, **k)
+
+    monkeypatch.setattr(Evaluation, "_sweep", spy)
+    monkeypatch.setattr(GateNull, "wants_more", lambda self, deltas: len(deltas) < 2)  # one confirming pair
+    m = ModelSpec(name="fake", path=str(fake_model(tmp_path / "m.gguf")), decode_contexts=[32], prefill_contexts=[64])
+    two = [m, m.model_copy(update={"name": "fake-guard", "role": "guard"})]  # the second loads in the thawed pair
+    r = eval_fakes(tmp_path, models=two, request_timeout_s=10, settings={"sentinel_aa_pair": "never"})
+    assert r.verdict not in (Verdict.INFRA, Verdict.BUILD_FAILED), r.summary
+    assert [r.receipt["models"][n]["process_pairs"] for n in ("fake", "fake-guard")] == [2, 2], r.summary
+    assert states == [{"base": True, "head": True}] * 2, states

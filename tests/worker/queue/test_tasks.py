@@ -112,3 +112,38 @@ def test_the_verdict_is_out_before_the_sentinel_pair_runs(tmp_path, cache, monke
         assert [p["phase"] for p in seen["report"]["phases"]] == ["sentinel"], seen["report"]["phases"]
     finally:
         _drop_keys(prefix)
+
+
+
+@pytest.mark.sandbox
+@pytest.mark.services
+def test_a_delivery_after_the_verdict_is_out_returns_it_and_measures_nothing(tmp_path, cache, monkeypatch):
+    """The late ack comes after the upkeep: a worker lost there gets the message back. The verdict was stored; a second
+    delivery returns it instead of measuring again (an INFRA one is never cached by key, so it would run twice)."""
+    import threading
+
+    from celery.contrib.testing.worker import start_worker
+    from celery.signals import task_postrun
+
+    from worker.queue import tasks
+
+    job, prefix = _job(tmp_path, monkeypatch, "slow_decode")
+    returned, second_done, measured = [], threading.Event(), []
+
+    def on_postrun(task_id=None, retval=None, **_):
+        returned.append(retval)
+        if len(returned) == 2:
+            second_done.set()
+
+    task_postrun.connect(on_postrun, weak=False)
+    try:
+        with start_worker(app, pool="solo", queues=["gpu"], perform_ping_check=False, shutdown_timeout=30):
+            first = app.send_task(EVALUATE_TASK, args=[job], queue="gpu")
+            out = first.get(timeout=120)
+            monkeypatch.setattr(tasks, "run_job", lambda *a, **k: measured.append(a) or {})
+            app.send_task(EVALUATE_TASK, args=[job], queue="gpu", task_id=first.id)  # what a redelivery is
+            assert second_done.wait(60), returned
+        assert not measured and returned[1] == out
+    finally:
+        task_postrun.disconnect(on_postrun)
+        _drop_keys(prefix)

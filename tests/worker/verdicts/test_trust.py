@@ -63,23 +63,68 @@ def test_sentinel_pair_is_recorded_every_evaluation(tmp_path, cache):
 @pytest.mark.sandbox
 def test_the_verdict_does_not_wait_for_the_sentinel_pair(tmp_path, cache):
     """Evaluation.run() returns the verdict with the pair owed; upkeep() takes it, on a fresh checkout of the
-    base (the evaluation's worktrees are gone by then), and leaves no worktree or work folder behind."""
+    base in a folder of its own (the evaluation's is gone, or a retry's by then), and leaves no folder behind."""
+    store = AAStore(tmp_path / "aa.sqlite")
+    ev = _sentinel_evaluation(tmp_path, store)
+    r = ev.run()
+    assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary
+    assert _pair_deltas(store) == 0 and "sentinel" not in [x["phase"] for x in r.receipt["phases"]]
+    retry = ev.workdir / "attempt-2"  # an INFRA retry reuses the evaluation id, so its folder, on another card
+    retry.mkdir(parents=True)
+    report = ev.upkeep()
+    assert report["fake"]["recorded"] is True and _pair_deltas(store) == 2, report
+    assert retry.exists() and not list(retry.parent.parent.glob(f"{retry.parent.name}-upkeep-*"))
+    assert ev.upkeep() == {}  # owed once, taken once
+
+
+def _sentinel_evaluation(tmp_path, store: AAStore):
     from worker.pipeline import Evaluation, Job
 
-    store = AAStore(tmp_path / "aa.sqlite")
     repo = make_repo(tmp_path)
     p = make_profile(fake_model(tmp_path / "m.gguf"), pairs=2, inner=1, warmup=0, prompts_per_seed=1)
     p = p.model_copy(update={"models": [p.models[0].model_copy(update={"decode_contexts": [32],
                                                                        "prefill_contexts": [64]})]})
-    ev = Evaluation(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),
-                    make_settings(p, sentinel_aa_pair="always"), trusted_root=GOOD, store=store)
-    r = ev.run()
-    assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary
-    assert _pair_deltas(store) == 0 and "sentinel" not in [x["phase"] for x in r.receipt["phases"]]
+    return Evaluation(Job(repo=str(repo), base_ref="main", head_ref="pr", profile="test"),
+                      make_settings(p, sentinel_aa_pair="always"), trusted_root=GOOD, store=store)
+
+
+@pytest.mark.sandbox
+def test_an_infra_verdict_owes_no_sentinel_pair(tmp_path, cache, monkeypatch):
+    """A box that failed a check (here: the verdict came back INFRA after the gates ran) is not the null's: the
+    pair its evaluation owed is dropped, not recorded into the history the floors come from."""
+    from worker.verdicts import attribution
+
+    store = AAStore(tmp_path / "aa.sqlite")
+    ev = _sentinel_evaluation(tmp_path, store)
+    confirm = attribution.confirm_head_fault
+    monkeypatch.setattr(attribution, "confirm_head_fault", lambda first, again, on: _as_infra(confirm(first, again, on)))
+    assert ev.run().verdict is Verdict.INFRA
+    assert "INFRA" in ev.upkeep()["dropped"] and _pair_deltas(store) == 0
+
+
+def _as_infra(r):
+    r.verdict, r.infra_kind = Verdict.INFRA, InfraKind.FOREIGN_GPU_PROCESS
+    return r
+
+
+@pytest.mark.sandbox
+def test_a_foreign_gpu_process_during_the_sentinel_pair_records_nothing(tmp_path, cache, monkeypatch):
+    from worker.pipeline import Evaluation
+    from worker.verdicts.faults import infra
+
+    store = AAStore(tmp_path / "aa.sqlite")
+    ev = _sentinel_evaluation(tmp_path, store)
+    assert ev.run().verdict not in (Verdict.INFRA, Verdict.REJECT)
+    check = Evaluation._foreign_gpu_check
+
+    def foreign_after_the_pair(self, procs, when):
+        if when == "after the A/A sentinel pair":
+            raise infra(InfraKind.FOREIGN_GPU_PROCESS, f"{when}: foreign process(es) [4242] on the GPU")
+        return check(self, procs, when)
+
+    monkeypatch.setattr(Evaluation, "_foreign_gpu_check", foreign_after_the_pair)
     report = ev.upkeep()
-    assert report["fake"]["recorded"] is True and _pair_deltas(store) == 2, report
-    assert not ev.workdir.exists()
-    assert ev.upkeep() == {}  # owed once, taken once
+    assert report["fake"]["recorded"] is False and "4242" in report["fake"]["reason"] and _pair_deltas(store) == 0
 
 
 @pytest.mark.sandbox
