@@ -287,6 +287,14 @@ def phases_log(out: Path, eval_prefix: str) -> list[dict]:
     return rows
 
 
+def owes_upkeep(result: dict) -> bool:
+    """Whether the worker takes A/A sentinel pairs after this verdict: some model owes one, and the verdict is not
+    INFRA (an INFRA box's pairs are dropped, worker/calibration/sentinel.py `forgive`)."""
+    models = (result.get("receipt") or {}).get("models") or {}
+    return result.get("verdict") != "INFRA" and any(
+        (m.get("sentinel_aa_pair") or {}).get("recorded", False) is None for m in models.values())
+
+
 def upkeep_log(out: Path, eval_id: str, timeout: float, poll: float = 1.0) -> dict:
     """The upkeep the worker takes after a verdict (its A/A sentinel pairs, worker/calibration/sentinel.py), from
     phases.jsonl: waited for, so that the next case starts on an idle worker, and timed from the verdict's `done`
@@ -324,8 +332,7 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
     res = app.send_task("tokengate.evaluate", args=[job], queue="gpu").get(timeout=timeout)
     wall = time.monotonic() - t
     rec = res.get("receipt") or {}
-    owed = any((m.get("sentinel_aa_pair") or {}).get("recorded", False) is None for m in (rec.get("models") or {}).values())
-    upkeep = upkeep_log(out, job["eval_id"], max(1.0, timeout - wall)) if owed else None
+    upkeep = upkeep_log(out, job["eval_id"], max(1.0, timeout - wall)) if owes_upkeep(res) else None
     return {
         "case": name, "base": base, "head": head, "expected": sorted(expected), "verdict": res["verdict"], "note": note,
         "ok": res["verdict"] in expected, "summary": res.get("summary"), "task_wall_s": round(wall, 1),

@@ -43,3 +43,12 @@ def test_the_upkeep_after_a_verdict_is_timed_from_its_done_to_the_upkeeps(tmp_pa
     _log(tmp_path / "phases.jsonl", {"eval_id": e, "phase": "done", "t": 20.0}, {"eval_id": e, "phase": "sentinel", "t": 22.0})
     cut = upkeep_log(tmp_path, e, timeout=0.2, poll=0.05)
     assert cut["seconds"] is None and "did not end" in cut["reason"] and len(cut["phases"]) == 1
+
+
+def test_an_infra_verdict_is_not_waited_on_for_upkeep():
+    """An INFRA verdict's owed pairs are dropped, so no upkeep ends in the phases log: waiting would spend the call."""
+    from bench.worker.gpu_e2e import owes_upkeep
+
+    owed = {"receipt": {"models": {"m": {"sentinel_aa_pair": {"recorded": None}}, "g": {}}}}
+    assert owes_upkeep({**owed, "verdict": "none"}) and not owes_upkeep({**owed, "verdict": "INFRA"})
+    assert not owes_upkeep({"verdict": "none", "receipt": {"models": {"m": {}}}})  # sentinel off: nothing owed
