@@ -154,6 +154,7 @@ class Evaluation:
                           secrets=secrets, keep_workdir=keep_workdir)
         self.revs: dict[str, Revision] = {}  # checked-out base and head (fresh process pairs start from them)
         self.base_runtime: str | None = None  # the base's runtime tree id (worker/calibration/runtime_change.py)
+        self.not_measured: dict[str, str] = {}  # model -> why it was not measured (the verdict was settled)
 
     def upkeep(self) -> dict:
         """What the evaluation owes the service after its verdict (the A/A sentinel pair): call it once the
@@ -222,6 +223,10 @@ class Evaluation:
                         stack.enter_context(procs[role])
                     self.start(procs)
                     for m in resolved:
+                        why = self._settled(outcomes)
+                        if why is not None:  # nothing measured from here on could change the verdict
+                            self.not_measured[m.spec.name] = f"not measured: the verdict is already REJECT ({why})"
+                            continue
                         outcomes[m.spec.name] = self._model(m, procs)
             finally:
                 receipt["processes"] = {r: self._usage(proc) for r, proc in procs.items()}
@@ -252,6 +257,7 @@ class Evaluation:
                                 "foreign_gpu_checks": getattr(self, "_gpu_checks", None)
                                 or {"value": None, "reason": "not a CUDA evaluation"}}
         receipt["models"] = {k: v.receipt for k, v in outcomes.items()}
+        receipt["models_not_measured"] = dict(self.not_measured)
         result.base_sha = revs["base"].sha if "base" in revs else (self.job.base_sha or "")
         result.head_sha = revs["head"].sha if "head" in revs else (self.job.head_sha or "")
         result.duration_s = round(time.monotonic() - t0, 3)
@@ -398,7 +404,10 @@ class Evaluation:
             out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
             out.receipt["guard_bounds"] = asdict(bounds)
             out.receipt["reference_version"] = ref_version
-            if gates:
+            why = verdict_rules.settled([out.guard], [], [], self.settings)
+            if why is not None:  # accuracy first: a failed guard is REJECT whatever the gates would say
+                out.receipt["gates_not_measured"] = f"speed gates not measured: the verdict is already REJECT ({why})"
+            elif gates:
                 self.measure(spec, gates, procs, vocab, resolved.sha256, out, sweep_id=self.eval_id,
                              more_pairs=lambda n: self.fresh_pair(self.revs, spec, resolved.path, n, vocab))
                 sentinel.owe(self, spec, gates, resolved, vocab, out)
@@ -419,10 +428,6 @@ class Evaluation:
         self.progress("gates", model=spec.name, total=p.pairs * len({g.context for g in gates}))
         sweeps = [self._sweep(procs, gates, vocab, model_sha, f"{sweep_id}", spec)]
         self._foreign_gpu_check(procs, "after measuring")
-        self.progress("verify", model=spec.name)
-        logit_cache: dict = {}  # prompt key -> the reference's last-position logits, shared by both checks
-        checks = [self._verify(sweeps[0], gates, procs["reference"], logit_cache)]
-        logit_checks = [self._verify_logits(sweeps[0], gates, procs["reference"], logit_cache)]
         out.receipt["memory_reported_by_revision"] = {
             r: bounded_memory(procs[r].request("memory", phase="measure", timeout=p.request_timeout_s)[0].get("memory"))
             for r in ("base", "head")}
@@ -441,11 +446,23 @@ class Evaluation:
                 # The first pair and the reference are still alive (and ours).
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
-            checks.append(self._verify(sweeps[-1], gates, procs["reference"], logit_cache))
-            logit_checks.append(self._verify_logits(sweeps[-1], gates, procs["reference"], logit_cache))
-        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
+        unverified = self._no_pass_possible(spec, gates, sweeps, nulls)
+        if unverified is None:  # every pair's outputs against the reference, after the timing (it cannot see them)
+            self.progress("verify", model=spec.name)
+            logit_cache: dict = {}  # prompt key -> the reference's last-position logits, shared by both checks
+            checks = [self._verify(sw, gates, procs["reference"], logit_cache) for sw in sweeps]
+            logit_checks = [self._verify_logits(sw, gates, procs["reference"], logit_cache) for sw in sweeps]
+        else:
+            checks = logit_checks = None
+            out.receipt["outputs_not_verified"] = unverified
+            for sw in sweeps:  # n x vocab per kept decode: nothing will read them
+                for samples in sw.checked.values():
+                    for smp in samples:
+                        smp.step_logits = None
+        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks) if checks else None, nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
-        self._judge_logits(spec.name, gates, logit_checks, out)
+        if logit_checks is not None:
+            self._judge_logits(spec.name, gates, logit_checks, out)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -528,6 +545,19 @@ class Evaluation:
                 out.output_failures.append(failure)
         out.receipt["timed_logit_checks"] = rec
 
+    def _no_pass_possible(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list,
+                          nulls: dict[str, GateNull]) -> str | None:
+        """Why this model's outputs need no verification (None: they do). Verification exists so that no pass
+        or tier rests on work a revision skipped; where a gate is significantly slower and none faster, the
+        verdict is REJECT (or MIXED, if another model speeds up) whatever the outputs are: on the 9B each pair's
+        verification costs the fp32 reference ~2 minutes (gpu-e2e-h100-20261206T204709Z.json)."""
+        sides = {g.name: nulls[g.name].significant(self._pair_deltas(sweeps, g.name)) for g in gates}
+        slower = [g for g, side in sides.items() if side < 0]
+        if not slower or any(side > 0 for side in sides.values()):
+            return None
+        return (f"outputs not verified against the reference: {spec.name} is significantly slower on {', '.join(slower)} "
+                "and faster on no gate, so no output can make this verdict a pass or a tier")
+
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
         return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps]
@@ -577,7 +607,7 @@ class Evaluation:
     def _null(self, model: str, gate: str) -> GateNull:
         return self._nulls(model, [gate])[gate]
 
-    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict,
+    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict | None,
                       nulls: dict[str, GateNull], out: ModelOutcome) -> list[GateResult]:
         s, p = self.settings, self.profile
         results, floors, checks_r = [], {}, {}
@@ -600,9 +630,10 @@ class Evaluation:
             if not null.calibrated:
                 out.uncalibrated[f"{spec.name} {g.name}"] = null.reason or null.state
             side = null.significant(deltas)
-            hc, bc = checks[("head", g.name)], checks[("base", g.name)]
-            checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
-            self._judge_output(spec.name, g.name, hc, bc, out)
+            if checks is not None:
+                hc, bc = checks[("head", g.name)], checks[("base", g.name)]
+                checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
+                self._judge_output(spec.name, g.name, hc, bc, out)
             results.append(GateResult(
                 model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
@@ -749,6 +780,13 @@ class Evaluation:
         r.build_log_tail = tail[-3000:] or None
         return r
 
+    def _settled(self, outcomes: dict[str, ModelOutcome]) -> str | None:
+        done = outcomes.values()
+        return verdict_rules.settled([o.guard for o in done if o.guard],
+                                     [e for o in done for e in o.output_failures + o.memory_failures],
+                                     [f"{g.model} {g.gate}" for o in done for g in o.gates if g.regression],
+                                     self.settings)
+
     def decide(self, outcomes: dict[str, ModelOutcome]) -> EvalResult:
         gates = [g for o in outcomes.values() for g in o.gates]
         guards = [o.guard for o in outcomes.values() if o.guard]
@@ -756,6 +794,9 @@ class Evaluation:
                                  {k: v for o in outcomes.values() for k, v in o.uncalibrated.items()}, self.settings)
         r = self._base_result(d.verdict, d.summary)
         r.best_speedup, r.notes = d.best_speedup, list(d.notes or [])
+        r.notes += [f"{model}: {why}" for model, why in self.not_measured.items()]
+        r.notes += [f"{model}: {o.receipt[k]}" for model, o in outcomes.items()
+                    for k in ("gates_not_measured", "outputs_not_verified") if o.receipt.get(k)]
         bounds = [f.get("bound") for o in outcomes.values() for f in o.receipt.get("noise_floors", {}).values()]
         if bounds and all(b is not None for b in bounds):  # the claim the comment relies on
             r.notes.append(f"chance that this evaluation shows a significant speed change where there is none: "

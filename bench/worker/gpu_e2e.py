@@ -342,7 +342,10 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
         "gates": [gate_row(g, rec) for g in res.get("gates") or []],
         "guards": res.get("guards"), "noise": gate_noise(rec),
         "models": {k: {"gguf_sha256": v.get("gguf_sha256"), "process_pairs": v.get("process_pairs"),
-                       "gate_memory": v.get("gate_memory")} for k, v in (rec.get("models") or {}).items()},
+                       "gate_memory": v.get("gate_memory"), "gates_not_measured": v.get("gates_not_measured"),
+                       "outputs_not_verified": v.get("outputs_not_verified")}
+                   for k, v in (rec.get("models") or {}).items()},
+        "models_not_measured": rec.get("models_not_measured"),
         "load_seconds": {r: (p.get("hello") or {}).get("load_seconds") for r, p in (rec.get("processes") or {}).items()},
         "op_seconds": {r: p.get("op_seconds") for r, p in (rec.get("processes") or {}).items()},
         "pair_load_seconds": rec.get("pair_load_seconds"),

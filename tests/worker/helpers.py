@@ -110,6 +110,21 @@ def eval_fakes(tmp_path, head=None, base=None, secrets=None, settings=None, cali
                     trusted_root=GOOD, store=store, secrets=secrets)
 
 
+def reference_verify_stages(monkeypatch) -> list[str]:
+    """The prompt keys the trusted reference is sent to compute in verify, in order (filled as the evaluation runs)."""
+    from worker.harness.client import RevisionProcess
+
+    staged, request = [], RevisionProcess.request
+
+    def spy(self, op, **k):
+        if self.role == "reference" and op == "stage" and k.get("phase") == "verify":
+            staged.append(k["key"])
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
+    return staged
+
+
 def quick_settings() -> EvalSettings:
     """The quick profile, on the shared tiny fixture GGUF where this checkout has no synthetic factory."""
     s = EvalSettings(profile="quick")

@@ -10,6 +10,9 @@ Order of the rules:
    REJECTs under rule 2, said to have no calibrated bound.)
 4. Tier from the conservative estimate: the lower end of the interval over process pairs of the
    best significantly faster scored gate, never its point estimate. Below tier S: `none`.
+
+`settled` says when rule 1 or 2 has already decided REJECT, so that nothing measured after it could change
+the verdict and the evaluation stops measuring (a REJECT in minutes, not after every model's every pair).
 """
 from __future__ import annotations
 
@@ -34,6 +37,20 @@ def _pct(x):
 def _gate(g: GateResult) -> str:
     ci = f", interval over process pairs {_pct(g.ci_low)}..{_pct(g.ci_high)}" if g.ci_low is not None else ""
     return f"{g.model} {g.gate} {_pct(g.rel_change)}{ci}, floor {g.noise_floor:.2%}, {g.n_pairs} process pair(s)"
+
+
+def settled(guards: list[GuardResult], failures: list[str], regressed: list[str], s: EvalSettings) -> str | None:
+    """Why the verdict is REJECT whatever is measured next (None: it is not settled yet).
+
+    A failed guard or output/memory check settles it (rule 1 has no exception). A regression settles it only
+    under `regression_policy="reject"`: under "mixed" a significant speedup still to be measured would make
+    it MIXED, so the rest must be measured. `regressed`: "model gate" of each significant regression."""
+    failed = [f"{g.model} accuracy guard failed" for g in guards if not g.passed]
+    if failed or failures:
+        return "; ".join(failed + list(failures))
+    if regressed and s.regression_policy == "reject":
+        return "regression on " + ", ".join(regressed)
+    return None
 
 
 def decide(gates: list[GateResult], guards: list[GuardResult], output_failures: list[str],

@@ -14,7 +14,7 @@ from worker.gates.bench import GateSpec, Sample, Sweep
 from worker.gates.verify import OutputCheck, judge_steps, merge_output_checks, verify_outputs
 from worker.records import Verdict
 
-from tests.worker.helpers import eval_fakes
+from tests.worker.helpers import eval_fakes, reference_verify_stages
 
 DECODE = dict(decode_contexts=[32], prefill_contexts=[], decode_tokens=24, pairs=2)
 
@@ -299,28 +299,13 @@ def test_non_finite_step_logits_are_the_revisions_fault():
     assert e.value.role == "head" and e.value.kind == "nonfinite"
 
 
-def _reference_verify_stages(monkeypatch) -> list[str]:
-    """The prompt keys the trusted reference is sent to compute in verify, in order (filled as the evaluation runs)."""
-    from worker.harness.client import RevisionProcess
-
-    staged, request = [], RevisionProcess.request
-
-    def spy(self, op, **k):
-        if self.role == "reference" and op == "stage" and k.get("phase") == "verify":
-            staged.append(k["key"])
-        return request(self, op, **k)
-
-    monkeypatch.setattr(RevisionProcess, "request", spy)
-    return staged
-
-
 @pytest.mark.sandbox
 @pytest.mark.timed
 def test_the_reference_computes_each_timed_prompt_once(tmp_path, cache, monkeypatch):
     """The teacher-forced decode check and the timed-logit check need the same prompt's last-position logits: the
     reference prefills it once (a 32k prompt on the 9B's fp32 reference costs seconds; verify was 249 s of a 356 s
     A/A, bench/receipts/gpu-e2e-h100-20261206T192305Z.json). What each process's requests cost is in the receipt."""
-    staged = _reference_verify_stages(monkeypatch)
+    staged = reference_verify_stages(monkeypatch)
     r = eval_fakes(tmp_path)
     assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary  # uncalibrated: no A/A history here
     assert staged and len(staged) == len(set(staged)), sorted(staged)
@@ -337,7 +322,7 @@ def test_the_reference_skips_untimed_decode_prefills_of_unverified_reps(tmp_path
     """A decode gate's prefill is on no clock: the reference checks it on the verified rep only (its generate is
     checked there step by step), while every rep's timed prefill is still checked. On the 9B that spares the fp32
     reference 3 of 4 reps' decode-only prompts (verify 153 s of a 335 s A/A, gpu-e2e-h100-20261206T204709Z.json)."""
-    staged = _reference_verify_stages(monkeypatch)
+    staged = reference_verify_stages(monkeypatch)
     r = eval_fakes(tmp_path, pairs=4, verify_reps=1)  # decode@32 alone at its context, prefill@64 alone at its own
     assert r.verdict not in (Verdict.INFRA, Verdict.REJECT), r.summary
     first = [k for k in staged if "/" not in k.split(":")[1]]  # the first pair's (a loaded box may add a confirming one)

@@ -3,13 +3,14 @@ import pytest
 
 from worker.records import Verdict
 
-from tests.worker.helpers import LOOSE, eval_fakes
+from tests.worker.helpers import LOOSE, eval_fakes, fake_model, make_profile, reference_verify_stages
 
 TIERS = (Verdict.S, Verdict.M, Verdict.L, Verdict.XL)
 
 
 @pytest.mark.sandbox
-def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
+def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache, monkeypatch):
+    staged = reference_verify_stages(monkeypatch)
     r = eval_fakes(tmp_path, head="slow_decode", decode_contexts=[32, 160], prefill_contexts=[64], pairs=4, inner=2)
     assert r.verdict == Verdict.REJECT, r.summary
     reg = {g.gate for g in r.gates if g.regression}
@@ -18,6 +19,11 @@ def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache):
     for g in r.gates:
         if g.regression:
             assert g.rel_change < -0.15 and g.ci_high < 0
+    # slower on a gate, faster on none: no output can turn that into a pass, so the reference verifies nothing
+    # (on the 9B each pair's verification is ~2 minutes of the fp32 reference) and the comment says so
+    assert staged == [], staged
+    assert "outputs not verified" in r.receipt["models"]["fake"]["outputs_not_verified"]
+    assert any("outputs not verified" in n for n in r.notes), r.notes
 
 
 @pytest.mark.sandbox
@@ -36,9 +42,26 @@ def test_real_speedup_gets_a_tier(tmp_path, cache):
 
 
 @pytest.mark.sandbox
-def test_subtly_wrong_kernel_fails_the_guard(tmp_path, cache):
-    r = eval_fakes(tmp_path, head="wrong")
+def test_subtly_wrong_kernel_fails_the_guard_and_nothing_is_timed_after_it(tmp_path, cache, monkeypatch):
+    from worker.harness.client import RevisionProcess
+
+    timed, request = [], RevisionProcess.request
+
+    def spy(self, op, **k):
+        if k.get("phase") in ("warmup", "measure"):
+            timed.append((self.role, op))
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
+    spec = make_profile(fake_model(tmp_path / "m.gguf")).models[0].model_copy(
+        update={"decode_contexts": [32], "prefill_contexts": [64]})
+    r = eval_fakes(tmp_path, head="wrong", models=[spec, spec.model_copy(update={"name": "fake2"})])
     assert r.verdict == Verdict.REJECT, r.summary
     (g,) = r.guards
     assert not g.passed and g.paired_delta < 0 and not g.bit_identical
     assert "accuracy guard failed" in r.summary
+    # accuracy first: a failed guard is REJECT whatever follows, so no gate is timed and no later model loaded
+    assert timed == [] and r.gates == [], timed
+    assert "speed gates not measured" in r.receipt["models"]["fake"]["gates_not_measured"]
+    assert "fake accuracy guard failed" in r.receipt["models_not_measured"]["fake2"]
+    assert any(n.startswith("fake2: not measured") for n in r.notes), r.notes

@@ -8,17 +8,21 @@ from worker.queue.tasks import idempotency_key
 from worker.records import InfraKind, Verdict
 
 from tests.worker.helpers import GOOD, fake_model, make_profile, make_repo, make_settings
-from tests.worker.helpers import LOOSE, eval_fakes
+from tests.worker.helpers import LOOSE, eval_fakes, reference_verify_stages
 
 
 @pytest.mark.sandbox
-def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, cache):
+def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, cache, monkeypatch):
+    staged = reference_verify_stages(monkeypatch)
     r = eval_fakes(tmp_path, base="slow_decode", head="slow_prefill", decode_contexts=[32], prefill_contexts=[256],
               pairs=4, inner=2, settings=LOOSE, calibrate=True)
     assert r.verdict is Verdict.MIXED, r.summary
     assert {g.gate for g in r.gates if g.regression} == {"prefill@256"}
     assert any(g.gate == "decode@32" and g.significant and g.rel_change > 0 for g in r.gates)
     assert r.best_speedup is None
+    # a gate is faster: its outputs are verified whatever else regressed (a skipped check could hide the work
+    # the speedup skipped; only a model slower on some gate and faster on none goes unverified)
+    assert staged and "outputs_not_verified" not in r.receipt["models"]["fake"], staged
 
 
 @pytest.mark.sandbox

@@ -4,7 +4,8 @@ import pytest
 from worker.verdicts.attribution import block_after_failed_attempts, confirm_head_fault
 from worker.config import EvalSettings
 from worker.records import EvalResult, GateResult, Verdict
-from worker.verdicts.rules import decide
+from worker.records import GuardResult
+from worker.verdicts.rules import decide, settled
 
 
 def gate(name, change, *, sig=True, scored=True, lo=None, hi=None):
@@ -26,6 +27,25 @@ def test_a_regression_is_never_hidden_by_a_speedup():
     r = decide(gates, [], [], {}, S.model_copy(update={"regression_policy": "reject"}))
     assert r.verdict is Verdict.REJECT and "prefill@512" in r.summary
     assert decide([gate("prefill@512", -0.09)], [], [], {}, S).verdict is Verdict.REJECT
+
+
+def _guard(passed):
+    return GuardResult("m", [0], 0.9, 0.95, 1e-3, 1e-4, 0.9, -0.05, 0.01, 5e-4, False, passed, None if passed else "x")
+
+
+def test_only_a_verdict_that_nothing_can_change_stops_the_measuring():
+    """Measuring stops once the verdict is REJECT whatever comes next: a failed guard or check at once; a regression
+    only under the "reject" policy, since under "mixed" a speedup still to be measured makes it MIXED."""
+    reject = S.model_copy(update={"regression_policy": "reject"})
+    assert settled([_guard(True)], [], [], S) is None and settled([_guard(True)], [], [], reject) is None
+    assert "m accuracy guard failed" in settled([_guard(False)], [], [], S)
+    assert settled([], ["m decode@128: head's outputs agree on 50 %"], [], S).startswith("m decode@128")
+    assert settled([], [], ["m decode@128"], S) is None  # mixed (the default): the other models may be faster
+    assert settled([], [], ["m decode@128"], reject) == "regression on m decode@128"
+    # what `settled` calls settled, `decide` decides so: REJECT
+    g = [gate("decode@128", -0.09)]
+    assert decide(g, [], [], {}, reject).verdict is Verdict.REJECT
+    assert decide([gate("decode@128", 0.3)], [_guard(False)], [], {}, S).verdict is Verdict.REJECT
 
 
 def test_tier_comes_from_the_conservative_end_of_the_interval():
