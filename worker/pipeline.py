@@ -404,7 +404,7 @@ class Evaluation:
             out.receipt["accuracy"] = {r: [asdict(s) for s in sc.seeds] for r, sc in scores.items()}
             out.receipt["guard_bounds"] = asdict(bounds)
             out.receipt["reference_version"] = ref_version
-            why = verdict_rules.settled([out.guard], [], [], self.settings)
+            why = self._settled({spec.name: out})
             if why is not None:  # accuracy first: a failed guard is REJECT whatever the gates would say
                 out.receipt["gates_not_measured"] = f"speed gates not measured: the verdict is already REJECT ({why})"
             elif gates:
@@ -433,11 +433,27 @@ class Evaluation:
             for r in ("base", "head")}
         for r in ("base", "head"):  # done with this model: room for fresh pairs beside the reference (driver.unload)
             procs[r].request("unload", phase="measure", timeout=p.request_timeout_s)
+        reference, logit_cache = procs["reference"], {}  # prompt key -> the reference's last-position logits
+        checks: list[dict] = []
+        logit_checks: list[dict] = []
+        pending = list(sweeps)  # timed, outputs not yet checked (their kept per-step logits held until then)
+
+        def verify(every_rep: bool = True) -> None:
+            if not pending:
+                return
+            self.progress("verify", model=spec.name)
+            for sw in pending:
+                checks.append(self._verify(sw, gates, reference, logit_cache))
+                logit_checks.append(self._verify_logits(sw, gates, reference, logit_cache, every_rep=every_rep))
+            pending.clear()
+
         while more_pairs is not None:
             wanted = [nulls[g.name].pairs for g in gates
                       if nulls[g.name].wants_more(self._pair_deltas(sweeps, g.name))]
             if not wanted:
                 break
+            if not any(nulls[g.name].side(self._pair_deltas(sweeps, g.name)) < 0 for g in gates):
+                verify()  # no gate can end slower (a side only ever drops to 0): every pair gets checked, so now
             self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(wanted))
             # The first pair stays alive for the next model: frozen meanwhile, so its head can neither load the GPU
             # while the fresh pair is timed nor answer the fresh head through their shared compile cache.
@@ -446,23 +462,21 @@ class Evaluation:
                 # The first pair and the reference are still alive (and ours).
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
-        unverified = self._no_pass_possible(spec, gates, sweeps, nulls)
-        if unverified is None:  # every pair's outputs against the reference, after the timing (it cannot see them)
-            self.progress("verify", model=spec.name)
-            logit_cache: dict = {}  # prompt key -> the reference's last-position logits, shared by both checks
-            checks = [self._verify(sw, gates, procs["reference"], logit_cache) for sw in sweeps]
-            logit_checks = [self._verify_logits(sw, gates, procs["reference"], logit_cache) for sw in sweeps]
-        else:
-            checks = logit_checks = None
-            out.receipt["outputs_not_verified"] = unverified
-            for sw in sweeps:  # n x vocab per kept decode: nothing will read them
-                for samples in sw.checked.values():
+            pending.append(sweeps[-1])
+        partly = self._no_pass_possible(spec, gates, sweeps, nulls)
+        if partly is None:
+            verify()  # the timing cannot see when its outputs are checked: after it, every pair
+        else:  # the first pair's verified rep only (base's own bars; the head's gross errors), no confirming pair
+            for sw in pending[1:]:
+                for samples in sw.checked.values():  # n x vocab per kept decode: nothing will read them
                     for smp in samples:
                         smp.step_logits = None
-        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks) if checks else None, nulls, out)
+            del pending[1:]
+            verify(every_rep=False)
+            out.receipt["outputs_partly_verified"] = partly
+        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
-        if logit_checks is not None:
-            self._judge_logits(spec.name, gates, logit_checks, out)
+        self._judge_logits(spec.name, gates, logit_checks, out)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -519,12 +533,14 @@ class Evaluation:
             rows[g.name] = row
         out.receipt["gate_memory"] = rows
 
-    def _verify_logits(self, sweep, gates: list[GateSpec], reference: RevisionProcess, cache: dict) -> dict:
-        """Every timed prefill; a decode gate's untimed prefill on the verified reps only (verify.py's doc)."""
+    def _verify_logits(self, sweep, gates: list[GateSpec], reference: RevisionProcess, cache: dict,
+                       every_rep: bool = True) -> dict:
+        """Every timed prefill (`every_rep`); a decode gate's untimed prefill on the verified reps only (verify.py's
+        doc)."""
         t = self.profile.request_timeout_s
         verified = getattr(sweep, "verify_reps", None)
         return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=t, cache=cache,
-                                                reps=verified if g.metric == "decode_tok_s" else None)
+                                                reps=verified if g.metric == "decode_tok_s" or not every_rep else None)
                 for g in gates for r in ("base", "head")}
 
     def _judge_logits(self, model: str, gates: list[GateSpec], per_sweep: list[dict], out: ModelOutcome) -> None:
@@ -547,16 +563,19 @@ class Evaluation:
 
     def _no_pass_possible(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list,
                           nulls: dict[str, GateNull]) -> str | None:
-        """Why this model's outputs need no verification (None: they do). Verification exists so that no pass
-        or tier rests on work a revision skipped; where a gate is significantly slower and none faster, the
-        verdict is REJECT (or MIXED, if another model speeds up) whatever the outputs are: on the 9B each pair's
-        verification costs the fp32 reference ~2 minutes (gpu-e2e-h100-20261206T204709Z.json)."""
+        """Why this model's outputs are checked on the first pair's verified rep only (None: every pair, every
+        timed prefill). The checks exist so that no pass or tier rests on work a revision skipped; where a gate is
+        significantly slower and none faster, the verdict is REJECT (or MIXED, if another model speeds up)
+        whatever the outputs are. The verified rep still holds base to its own bars (a broken main is INFRA, never
+        the PR's REJECT) and catches a head wrong throughout. On the 9B each pair's full check costs the fp32
+        reference ~2 minutes (gpu-e2e-h100-20261206T204709Z.json)."""
         sides = {g.name: nulls[g.name].significant(self._pair_deltas(sweeps, g.name)) for g in gates}
         slower = [g for g, side in sides.items() if side < 0]
         if not slower or any(side > 0 for side in sides.values()):
             return None
-        return (f"outputs not verified against the reference: {spec.name} is significantly slower on {', '.join(slower)} "
-                "and faster on no gate, so no output can make this verdict a pass or a tier")
+        return (f"outputs checked on the first process pair's verified rep only: {spec.name} is significantly "
+                f"slower on {', '.join(slower)} and faster on no gate, so no output can make this verdict a pass or "
+                "a tier")
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
@@ -607,7 +626,7 @@ class Evaluation:
     def _null(self, model: str, gate: str) -> GateNull:
         return self._nulls(model, [gate])[gate]
 
-    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict | None,
+    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict,
                       nulls: dict[str, GateNull], out: ModelOutcome) -> list[GateResult]:
         s, p = self.settings, self.profile
         results, floors, checks_r = [], {}, {}
@@ -630,10 +649,9 @@ class Evaluation:
             if not null.calibrated:
                 out.uncalibrated[f"{spec.name} {g.name}"] = null.reason or null.state
             side = null.significant(deltas)
-            if checks is not None:
-                hc, bc = checks[("head", g.name)], checks[("base", g.name)]
-                checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
-                self._judge_output(spec.name, g.name, hc, bc, out)
+            hc, bc = checks[("head", g.name)], checks[("base", g.name)]
+            checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
+            self._judge_output(spec.name, g.name, hc, bc, out)
             results.append(GateResult(
                 model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
@@ -781,6 +799,10 @@ class Evaluation:
         return r
 
     def _settled(self, outcomes: dict[str, ModelOutcome]) -> str | None:
+        """Why the verdict is already REJECT (rules.settled); never while recording A/A pairs: calibration takes
+        every model's draw whatever an earlier one showed (record_pair_deltas)."""
+        if self.record_aa:
+            return None
         done = outcomes.values()
         return verdict_rules.settled([o.guard for o in done if o.guard],
                                      [e for o in done for e in o.output_failures + o.memory_failures],
@@ -796,7 +818,7 @@ class Evaluation:
         r.best_speedup, r.notes = d.best_speedup, list(d.notes or [])
         r.notes += [f"{model}: {why}" for model, why in self.not_measured.items()]
         r.notes += [f"{model}: {o.receipt[k]}" for model, o in outcomes.items()
-                    for k in ("gates_not_measured", "outputs_not_verified") if o.receipt.get(k)]
+                    for k in ("gates_not_measured", "outputs_partly_verified") if o.receipt.get(k)]
         bounds = [f.get("bound") for o in outcomes.values() for f in o.receipt.get("noise_floors", {}).values()]
         if bounds and all(b is not None for b in bounds):  # the claim the comment relies on
             r.notes.append(f"chance that this evaluation shows a significant speed change where there is none: "

@@ -24,3 +24,17 @@ def test_comment_says_cpu_when_no_gpu_measured_it():
                                                       "cpu_model": "Xeon"})
     assert render.device_name(run) == "CPU (Xeon)"
     assert render.device_name(dataclasses.replace(run, result=None)) == "the worker"
+
+
+def test_comment_says_what_was_not_measured_or_checked_and_escapes_it():
+    """The verdict's notes reach the sticky comment: a model not measured after a settled REJECT, outputs checked on
+    one rep only. A note carries text built from the PR's own failure, so it is escaped like every other field."""
+    run = view(1, "slow", "8e7e027aa1")
+    notes = ["qwen35-0.8b: not measured: the verdict is already REJECT (qwen35-9b accuracy guard failed)",
+             "qwen35-9b: outputs checked on the first process pair's verified rep only", "<img src=x> @team"]
+    run = dataclasses.replace(run, result=dataclasses.replace(run.result, notes=notes))
+    text = render.sticky_comment(current=run, earlier=[], head_sha="8e7e027aa1", awaiting_approval=False,
+                                 approval_label="ok", models=[])
+    assert "qwen35-0.8b: not measured: the verdict is already REJECT" in text
+    assert "verified rep only" in text
+    assert "<img" not in text and "@team" not in text

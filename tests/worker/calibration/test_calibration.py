@@ -98,3 +98,23 @@ def test_whole_evaluation_time_limit_is_infra(tmp_path, cache):
                  trusted_root=GOOD, store=AAStore(tmp_path / "aa.sqlite"))
     assert r.verdict == Verdict.INFRA and r.infra_kind == InfraKind.TIMEOUT, r.summary
     assert "limit" in r.infra_detail
+
+
+@pytest.mark.sandbox
+def test_a_guard_failing_by_chance_in_an_aa_run_stops_no_model_from_recording(tmp_path, cache, monkeypatch):
+    """A PR's evaluation stops measuring once its verdict is settled (a failed guard); an A/A calibration run never
+    does: each model's draw is taken whatever an earlier model showed (red-team finding on the early stop)."""
+    import sqlite3
+    from dataclasses import replace
+
+    import worker.pipeline as pipeline
+
+    real = pipeline.guard_result
+    monkeypatch.setattr(pipeline, "guard_result", lambda model, *a: replace(real(model, *a), passed=model != "fake",
+                                                                             reason="forced"))
+    p = _profile(tmp_path)
+    p = p.model_copy(update={"models": [p.models[0], p.models[0].model_copy(update={"name": "fake2"})]})
+    store = AAStore(tmp_path / "aa.sqlite")
+    calibrate(str(make_repo(tmp_path)), "main", make_settings(p), runs=1, store=store, trusted_root=GOOD)
+    models = {m for (m,) in sqlite3.connect(store.path).execute("SELECT DISTINCT model FROM pair_delta")}
+    assert models == {"fake", "fake2"}

@@ -11,7 +11,8 @@ TIERS = (Verdict.S, Verdict.M, Verdict.L, Verdict.XL)
 @pytest.mark.sandbox
 def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache, monkeypatch):
     staged = reference_verify_stages(monkeypatch)
-    r = eval_fakes(tmp_path, head="slow_decode", decode_contexts=[32, 160], prefill_contexts=[64], pairs=4, inner=2)
+    r = eval_fakes(tmp_path, head="slow_decode", decode_contexts=[32, 160], prefill_contexts=[64], pairs=4, inner=2,
+                   verify_reps=1)
     assert r.verdict == Verdict.REJECT, r.summary
     reg = {g.gate for g in r.gates if g.regression}
     assert reg and reg <= {"decode@32", "decode@160"}, r.summary  # prefill is untouched by the change
@@ -19,15 +20,29 @@ def test_real_slowdown_is_rejected_naming_the_gate(tmp_path, cache, monkeypatch)
     for g in r.gates:
         if g.regression:
             assert g.rel_change < -0.15 and g.ci_high < 0
-    # slower on a gate, faster on none: no output can turn that into a pass, so the reference verifies nothing
-    # (on the 9B each pair's verification is ~2 minutes of the fp32 reference) and the comment says so
-    assert staged == [], staged
-    assert "outputs not verified" in r.receipt["models"]["fake"]["outputs_not_verified"]
-    assert any("outputs not verified" in n for n in r.notes), r.notes
+    # slower on a gate, faster on none: no output can turn that into a pass, so the reference checks only the first
+    # pair's verified rep (base's own bars, the head's gross errors), no confirming pair and no other rep (on the
+    # 9B each pair's full check is ~2 minutes of the fp32 reference), and the verdict's notes say so
+    assert r.receipt["models"]["fake"]["process_pairs"] > 1
+    pair = lambda k: k.split(":")[1]  # noqa: E731 - the sweep id: the evaluation's, "/pairN" for a confirming pair
+    assert staged and all("/" not in pair(k) for k in staged), staged
+    assert len({k.split(":")[2] for k in staged}) == 1, staged  # one rep, timed prefills included
+    assert "first process pair's verified rep only" in r.receipt["models"]["fake"]["outputs_partly_verified"]
+    assert any("verified rep only" in n for n in r.notes), r.notes
 
 
 @pytest.mark.sandbox
-def test_real_speedup_gets_a_tier(tmp_path, cache):
+def test_real_speedup_gets_a_tier(tmp_path, cache, monkeypatch):
+    from worker.harness.client import RevisionProcess
+
+    events, request = [], RevisionProcess.request
+
+    def spy(self, op, **k):  # the timed sweeps' staging and the reference's checks, in order
+        if op == "stage" and (self.role == "head" or k.get("phase") == "verify"):
+            events.append((self.role, k["key"].split(":")[1]))
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
     r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[64], pairs=4, inner=2,
               settings=LOOSE, calibrate=True)
     # the untouched prefill gate runs at LOOSE's 5 % false-significance rate: a fluke there makes the
@@ -39,6 +54,12 @@ def test_real_speedup_gets_a_tier(tmp_path, cache):
     assert g.significant and g.ci_low > 0.25 and g.n_pairs >= 2
     if r.verdict in TIERS:  # the tier comes from the conservative end of the interval, not the point estimate
         assert r.best_speedup == g.ci_low < g.rel_change
+    # no gate could end slower: each pair is checked before the next is timed, so the worker never holds more than
+    # one pair's per-step logits (on the 9B ~0.6 GB a pair)
+    first = [pair for role, pair in events if role == "head" and "/" not in pair][-1]  # the PR's (calibration's before)
+    first_check = events.index(("reference", first))
+    first_confirm = events.index(("head", f"{first}/pair1"))
+    assert first_check < first_confirm, events
 
 
 @pytest.mark.sandbox

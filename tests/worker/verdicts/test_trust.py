@@ -22,7 +22,8 @@ def test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier(tmp_path, ca
     assert r.best_speedup is None
     # a gate is faster: its outputs are verified whatever else regressed (a skipped check could hide the work
     # the speedup skipped; only a model slower on some gate and faster on none goes unverified)
-    assert staged and "outputs_not_verified" not in r.receipt["models"]["fake"], staged
+    assert staged and "outputs_partly_verified" not in r.receipt["models"]["fake"], staged
+    assert any("/" in k.split(":")[1] for k in staged), staged  # the confirming pairs' outputs too
 
 
 @pytest.mark.sandbox
@@ -32,6 +33,17 @@ def test_kl_drift_with_every_argmax_unchanged_is_rejected(tmp_path, cache):
     (g,) = r.guards
     assert g.paired_delta == 0 and g.head_top1 == g.base_top1 and g.head_kl > g.kl_bound
     assert "base's" in g.reason and "accuracy guard failed" in r.summary
+
+
+@pytest.mark.sandbox
+def test_a_fix_of_a_broken_main_that_costs_speed_is_not_blamed_on_the_pr(tmp_path, cache):
+    """Main emits a wrong token in 3; the PR fixes that at twice the decode work. Slower on a gate and faster on none,
+    its outputs are checked on the first pair's verified rep only, and that still holds base to its own bars:
+    INFRA (main fails them), never the PR's REJECT (red-team finding on the skipped output checks)."""
+    r = eval_fakes(tmp_path, base="broken_generate", head="slow_decode", decode_contexts=[32], prefill_contexts=[],
+                   pairs=3, verify_reps=1)
+    assert r.verdict is Verdict.INFRA and r.infra_kind is InfraKind.BASELINE_CRASHED, r.summary
+    assert "baseline's outputs agree with the reference on only" in r.summary
 
 
 @pytest.mark.sandbox
