@@ -537,6 +537,37 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("missing-history-named", "13", "a placebo pool that names a missing A/A history fails naming it",
              (("bench/worker/gpu_calibration.py", "    if not Path(path).is_file():", "    if False:"),),
              ("tests/bench/worker/test_gpu_calibration_pool.py::test_a_missing_history_is_named_and_not_created",)),
+    Mutation("guard-failure-settles", "13", "a failed accuracy guard is REJECT at once: no gate timed, no later "
+             "model loaded", (("worker/pipeline.py", "            why = self._settled({spec.name: out})",
+                               "            why = None"),),
+             ("tests/worker/gates/test_gates.py::test_subtly_wrong_kernel_fails_the_guard_and_nothing_is_timed_after_it",)),
+    Mutation("settled-stops-later-models", "13", "a settled verdict loads no later model",
+             (("worker/pipeline.py", "                        why = self._settled(outcomes)",
+               "                        why = None"),),
+             ("tests/worker/gates/test_gates.py::test_subtly_wrong_kernel_fails_the_guard_and_nothing_is_timed_after_it",)),
+    Mutation("slower-only-checks-one-rep", "19", "a model slower on some gate and faster on none is checked on the "
+             "first pair's verified rep only", (("worker/pipeline.py", "partly = self._no_pass_possible(spec, gates, "
+                                                  "sweeps, nulls)", "partly = None"),),
+             ("tests/worker/gates/test_gates.py::test_real_slowdown_is_rejected_naming_the_gate",)),
+    Mutation("faster-gate-checks-every-pair", "13", "a model with a faster gate has every pair's outputs checked",
+             (("worker/pipeline.py", "if not slower or any(side > 0 for side in sides.values()):",
+               "if not slower:"),),
+             ("tests/worker/verdicts/test_trust.py::test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier",)),
+    Mutation("skipped-check-keeps-base-bars", "13", "where output checks are cut short, base is still held to its "
+             "bars on the verified rep (a broken main is INFRA)",
+             (("worker/pipeline.py", "            del pending[1:]\n            verify(every_rep=False)",
+               "            del pending[:]"),),
+             ("tests/worker/verdicts/test_trust.py::test_a_fix_of_a_broken_main_that_costs_speed_is_not_blamed_on_the_pr",)),
+    Mutation("checks-eager-when-no-gate-can-slow", "19", "each pair is checked before the next is timed while no gate "
+             "can end slower (one pair's per-step logits held at a time)",
+             (("worker/pipeline.py", "                verify()  # no gate can end slower",
+               "                pass  # no gate can end slower"),),
+             ("tests/worker/gates/test_gates.py::test_real_speedup_gets_a_tier",)),
+    Mutation("aa-run-never-settles", "13", "an A/A calibration run never stops early on a settled verdict",
+             (("worker/pipeline.py", "        if self.record_aa:\n            return None\n        done",
+               "        done"),),
+             ("tests/worker/calibration/test_calibration.py::"
+              "test_a_guard_failing_by_chance_in_an_aa_run_stops_no_model_from_recording",)),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),

@@ -19,6 +19,7 @@ import numpy as np
 from worker import models as model_files
 from worker.calibration.aa_store import AAStore
 from worker.gates.bench import gate_specs
+from worker.gates.stats import pair_delta
 from worker.checkout import checkout_pair, remove_worktree
 from worker.config import EvalSettings
 from worker.guards.scoring import guard_bounds, guard_key, guard_result, reference_version, score_revisions
@@ -111,8 +112,13 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                             store.guard_aa(guard_key(resolved.sha256, reference_version(ev.trusted_root)),
                                            job.profile), len(p.seeds), settings))
                     out = ModelOutcome(guard=guard)
-                    ev.measure(spec, gates, {**procs, "reference": reference}, vocab, resolved.sha256, out,
-                               sweep_id=f"placebo{i}", more_pairs=(lambda _j: pair()) if judged else None)
+                    if judged:
+                        ev.measure(spec, gates, {**procs, "reference": reference}, vocab, resolved.sha256, out,
+                                   sweep_id=f"placebo{i}", more_pairs=lambda _j: pair())
+                    else:  # a calibration pair is a sweep and its deltas, as the worker takes them (auto.run_pairs)
+                        sw = ev._sweep(procs, gates, vocab, resolved.sha256, f"placebo{i}", spec)
+                        out.pair_deltas = {g.name: [pair_delta(sw.values("base", g.name), sw.values("head", g.name))]
+                                           for g in gates}
                 for g, d in out.pair_deltas.items():
                     deltas[g].extend(d)
                 if not judged:
