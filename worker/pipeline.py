@@ -448,11 +448,11 @@ class Evaluation:
             pending.clear()
 
         while more_pairs is not None:
-            wanted = [nulls[g.name].pairs for g in gates
-                      if nulls[g.name].wants_more(self._pair_deltas(sweeps, g.name))]
+            deltas = {g.name: self._pair_deltas(sweeps, g.name) for g in gates}
+            wanted = [nulls[g].pairs for g, d in deltas.items() if nulls[g].wants_more(d)]
             if not wanted:
                 break
-            if not any(nulls[g.name].side(self._pair_deltas(sweeps, g.name)) < 0 for g in gates):
+            if not any(nulls[g].side(d) < 0 for g, d in deltas.items()):
                 verify()  # no gate can end slower (a side only ever drops to 0): every pair gets checked, so now
             self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(wanted))
             # The first pair stays alive for the next model: frozen meanwhile, so its head can neither load the GPU
@@ -467,10 +467,8 @@ class Evaluation:
         if partly is None:
             verify()  # the timing cannot see when its outputs are checked: after it, every pair
         else:  # the first pair's verified rep only (base's own bars; the head's gross errors), no confirming pair
-            for sw in pending[1:]:
-                for samples in sw.checked.values():  # n x vocab per kept decode: nothing will read them
-                    for smp in samples:
-                        smp.step_logits = None
+            for sw in pending[1:]:  # nothing will read their kept per-step logits
+                _drop_step_logits(sw)
             del pending[1:]
             verify(every_rep=False)
             out.receipt["outputs_partly_verified"] = partly
@@ -603,9 +601,7 @@ class Evaluation:
                     out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
                                                       tie_tol=p.output_tie_tol, reps=reps, cache=cache)
             keep_last_rows(cache, last_rows)
-        for samples in sweep.checked.values():  # n x vocab per verified decode: not kept past its check
-            for s in samples:
-                s.step_logits = None
+        _drop_step_logits(sweep)  # not kept past its check
         return out
 
     def gate_count(self) -> int:
@@ -866,6 +862,13 @@ def _frozen(*procs: RevisionProcess) -> Iterator[None]:
     finally:
         for p in procs:
             p.freeze(False)
+
+
+def _drop_step_logits(sweep) -> None:
+    """Free the n x vocab per-step logits a sweep kept for its verified decodes."""
+    for samples in sweep.checked.values():
+        for s in samples:
+            s.step_logits = None
 
 
 def _merge_checks(checks: list[dict]) -> dict:
