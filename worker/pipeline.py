@@ -29,6 +29,7 @@ from worker.calibration import history, sentinel
 from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
 from worker.gates.bench import GateSpec, gate_specs, run_sweep
+from worker.gates.confirm import confirming_gates
 from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
                                  keep_last_rows, merge_output_checks, verify_outputs)
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
@@ -442,23 +443,25 @@ class Evaluation:
             if not pending:
                 return
             self.progress("verify", model=spec.name)
-            for sw in pending:
-                checks.append(self._verify(sw, gates, reference, logit_cache))
-                logit_checks.append(self._verify_logits(sw, gates, reference, logit_cache, every_rep=every_rep))
+            for sw in pending:  # each pair's own gates (a confirming pair times those still in play)
+                checks.append(self._verify(sw, sw.gates, reference, logit_cache))
+                logit_checks.append(self._verify_logits(sw, sw.gates, reference, logit_cache, every_rep=every_rep))
             pending.clear()
 
+        not_confirmed: dict[str, str] = {}  # gate -> why the confirming pairs stopped timing it (gates/confirm.py)
         while more_pairs is not None:
             deltas = {g.name: self._pair_deltas(sweeps, g.name) for g in gates}
-            wanted = [nulls[g].pairs for g, d in deltas.items() if nulls[g].wants_more(d)]
-            if not wanted:
+            plan = confirming_gates(gates, deltas, nulls, set(not_confirmed))
+            if not plan.timed:
                 break
+            not_confirmed.update({g: plan.why for g in plan.not_confirmed})
             if not any(nulls[g].side(d) < 0 for g, d in deltas.items()):
                 verify()  # no gate can end slower (a side only ever drops to 0): every pair gets checked, so now
-            self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(wanted))
+            self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(nulls[g.name].pairs for g in plan.timed))
             # The first pair stays alive for the next model: frozen meanwhile, so its head can neither load the GPU
             # while the fresh pair is timed nor answer the fresh head through their shared compile cache.
             with _frozen(procs["base"], procs["head"]), more_pairs(len(sweeps)) as pair:
-                sweeps.append(self._sweep(pair, gates, vocab, model_sha, f"{sweep_id}/pair{len(sweeps)}", spec))
+                sweeps.append(self._sweep(pair, plan.timed, vocab, model_sha, f"{sweep_id}/pair{len(sweeps)}", spec))
                 # The first pair and the reference are still alive (and ours).
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
@@ -472,6 +475,8 @@ class Evaluation:
             del pending[1:]
             verify(every_rep=False)
             out.receipt["outputs_partly_verified"] = partly
+        if not_confirmed:
+            out.receipt["gates_not_confirmed"] = not_confirmed
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
         self._judge_logits(spec.name, gates, logit_checks, out)
@@ -479,7 +484,7 @@ class Evaluation:
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
                                         for g in gates for r in ("base", "head")}
-        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [[s.wall_seconds for s in sw.samples[(r, g.name)]]
+        out.receipt["wall_seconds"] = {f"{r}/{g.name}": [[s.wall_seconds for s in sw.samples.get((r, g.name), [])]
                                                          for sw in sweeps] for g in gates for r in ("base", "head")}
         out.receipt["idle_cpu_s"] = [sw.idle_cpu_s for sw in sweeps]
         out.receipt["idle_gpu"] = [sw.idle_gpu for sw in sweeps]
@@ -547,7 +552,7 @@ class Evaluation:
         for g in gates:
             merged = {}
             for r in ("base", "head"):
-                parts = [c[(r, g.name)] for c in per_sweep]
+                parts = [c[(r, g.name)] for c in per_sweep if (r, g.name) in c]
                 vals = [x for x in parts if x.kl_mean is not None]
                 n = sum(x.checked for x in vals)
                 merged[r] = LogitCheck(sum(x.kl_mean * x.checked for x in vals) / n if n else None,
@@ -577,7 +582,7 @@ class Evaluation:
 
     @staticmethod
     def _pair_deltas(sweeps, gate: str) -> list[float]:
-        return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps]
+        return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps if sw.times(gate)]
 
     def _draw_verify_reps(self) -> set[int] | None:
         """The reps whose outputs are verified (None: all). Drawn before timing so that only their
@@ -627,7 +632,7 @@ class Evaluation:
         s, p = self.settings, self.profile
         results, floors, checks_r = [], {}, {}
         for g in gates:
-            pairs = [(sw.values("base", g.name), sw.values("head", g.name)) for sw in sweeps]
+            pairs = [(sw.values("base", g.name), sw.values("head", g.name)) for sw in sweeps if sw.times(g.name)]
             for b, h in pairs:
                 if len(b) != p.pairs or len(h) != p.pairs:
                     raise infra(InfraKind.MISSING_METRIC, f"{spec.name} {g.name}: {len(b)}/{len(h)} samples, "
@@ -815,6 +820,11 @@ class Evaluation:
         r.notes += [f"{model}: {why}" for model, why in self.not_measured.items()]
         r.notes += [f"{model}: {o.receipt[k]}" for model, o in outcomes.items()
                     for k in ("gates_not_measured", "outputs_partly_verified") if o.receipt.get(k)]
+        for model, o in outcomes.items():  # one note per reason: the gates it names first
+            by_why: dict[str, list[str]] = {}
+            for gate, why in o.receipt.get("gates_not_confirmed", {}).items():
+                by_why.setdefault(why, []).append(gate)
+            r.notes += [f"{model} {', '.join(gs)}: {why}" for why, gs in by_why.items()]
         bounds = [f.get("bound") for o in outcomes.values() for f in o.receipt.get("noise_floors", {}).values()]
         if bounds and all(b is not None for b in bounds):  # the claim the comment relies on
             r.notes.append(f"chance that this evaluation shows a significant speed change where there is none: "
@@ -873,7 +883,7 @@ def _drop_step_logits(sweep) -> None:
 
 def _merge_checks(checks: list[dict]) -> dict:
     """One output check per (role, gate) over every process pair's verified reps."""
-    return {key: merge_output_checks([c[key] for c in checks]) for key in checks[0]}
+    return {key: merge_output_checks([c[key] for c in checks if key in c]) for key in checks[0]}
 
 
 def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:

@@ -99,6 +99,10 @@ class Sweep:
     def values(self, role: str, gate: str) -> list[float]:
         return [s.value for s in self.samples.get((role, gate), [])]
 
+    def times(self, gate: str) -> bool:
+        """Whether this sweep timed the gate (a confirming pair times only the gates still in play)."""
+        return any(g.name == gate for g in self.gates)
+
 
 def _check_logits(v: np.ndarray, role: str, what: str, phase: str = "measure") -> int:
     """Facts about a logits vector, computed here (the revision's process could lie about them). A defect is
