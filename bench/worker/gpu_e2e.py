@@ -343,7 +343,8 @@ def run_case(app, name: str, repo: Path, settings, profile: str, n: int, timeout
         "guards": res.get("guards"), "noise": gate_noise(rec),
         "models": {k: {"gguf_sha256": v.get("gguf_sha256"), "process_pairs": v.get("process_pairs"),
                        "gate_memory": v.get("gate_memory"), "gates_not_measured": v.get("gates_not_measured"),
-                       "outputs_partly_verified": v.get("outputs_partly_verified")}
+                       "outputs_partly_verified": v.get("outputs_partly_verified"),
+                       "gates_not_confirmed": v.get("gates_not_confirmed")}
                    for k, v in (rec.get("models") or {}).items()},
         "models_not_measured": rec.get("models_not_measured"),
         "load_seconds": {r: (p.get("hello") or {}).get("load_seconds") for r, p in (rec.get("processes") or {}).items()},
