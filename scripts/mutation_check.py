@@ -571,12 +571,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("confirming-pairs-narrow", "19", "with every gate in play slower and none faster, confirming pairs "
              "time the shortest context and the gate furthest beyond its floor only",
              (("worker/gates/confirm.py", "    if not in_play or faster:", "    if True:"),),
-             ("tests/worker/gates/test_gates.py::test_real_slowdown_is_rejected_naming_the_gate",
+             ("tests/worker/gates/test_gates.py::"
+              "test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthest_gate",
               "tests/worker/gates/test_confirm.py::"
               "test_every_gate_slower_keeps_the_shortest_context_and_the_gate_furthest_beyond_its_floor")),
     Mutation("confirming-pairs-skip-decided", "19", "a confirming pair never times a gate already decided",
              (("worker/pipeline.py", "self._sweep(pair, plan.timed, vocab", "self._sweep(pair, gates, vocab"),),
-             ("tests/worker/gates/test_gates.py::test_real_slowdown_is_rejected_naming_the_gate",)),
+             ("tests/worker/gates/test_gates.py::"
+              "test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthest_gate",)),
     Mutation("narrowed-gate-stays-out", "19", "a gate the confirming pairs stopped timing is never significant",
              (("worker/gates/confirm.py", "if g.name not in dropped and nulls", "if nulls"),),
              ("tests/worker/gates/test_confirm.py::"

@@ -61,11 +61,13 @@ def pytest_runtest_setup(item):
 def pytest_collection_modifyitems(session, config, items):
     """tests/bot/history runs last: its package-scoped Celery worker (the tree-speed fake under its own task
     name) left the shared app in a state that made later bot tests' workers time out when it ran first.
-    Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`."""
-    items.sort(key=lambda item: "tests/bot/history/" in item.nodeid)
+    Tests that evaluate (the `cache` fixture sets up the pipeline's cache) are `timed`. Within each of the two
+    parts the timed tests come after the others: a timed test waits for the other worker's test in progress to
+    end, and runs of timed tests back to back wait once instead of at every one of them."""
     for item in items:
         if "cache" in item.fixturenames:
             item.add_marker("timed")
+    items.sort(key=lambda item: ("tests/bot/history/" in item.nodeid, item.get_closest_marker("timed") is not None))
 
 
 # -- timed tests run alone --------------------------------------------------------------------------------

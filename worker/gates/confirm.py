@@ -29,12 +29,13 @@ class ConfirmPlan:
 def confirming_gates(gates: list[GateSpec], deltas: dict[str, list[float]], nulls: dict[str, GateNull],
                      dropped: set[str] = frozenset()) -> ConfirmPlan:
     """The gates another fresh pair should time (none: the measurement is done). `dropped`: gates an earlier
-    plan stopped timing, out of play for good (their pairs stay short of the design's, so never significant)."""
+    plan stopped timing, out of play for good (their pairs stay short of the design's, so never significant); once
+    a plan has narrowed, the gates it kept are timed to the end."""
     in_play = [g for g in gates if g.name not in dropped and nulls[g.name].wants_more(deltas[g.name])]
     sides = {g.name: nulls[g.name].side(deltas[g.name]) for g in gates}
     faster = any(sides[g.name] > 0 for g in in_play) or any(
         nulls[g.name].significant(deltas[g.name]) > 0 for g in gates)
-    if not in_play or faster:
+    if not in_play or faster or dropped:
         return ConfirmPlan(in_play)
 
     def beyond(g: GateSpec) -> float:  # how far the least extreme pair lies past the floor, in floors (>= 1)
