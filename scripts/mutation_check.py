@@ -569,8 +569,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/worker/calibration/test_calibration.py::"
               "test_a_guard_failing_by_chance_in_an_aa_run_stops_no_model_from_recording",)),
     Mutation("confirming-pairs-narrow", "19", "with every gate in play slower and none faster, confirming pairs "
-             "time the shortest context and the gate furthest beyond its floor only",
-             (("worker/gates/confirm.py", "    if not in_play or faster:", "    if True:"),),
+             "first time the shortest context and the gate furthest beyond its floor only",
+             (("worker/gates/confirm.py", "    if not wanting or faster:", "    if True:"),),
              ("tests/worker/gates/test_gates.py::"
               "test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthest_gate",
               "tests/worker/gates/test_confirm.py::"
@@ -579,10 +579,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("worker/pipeline.py", "self._sweep(pair, plan.timed, vocab", "self._sweep(pair, gates, vocab"),),
              ("tests/worker/gates/test_gates.py::"
               "test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthest_gate",)),
-    Mutation("narrowed-gate-stays-out", "19", "a gate the confirming pairs stopped timing is never significant",
-             (("worker/gates/confirm.py", "if g.name not in dropped and nulls", "if nulls"),),
-             ("tests/worker/gates/test_confirm.py::"
-              "test_every_gate_slower_keeps_the_shortest_context_and_the_gate_furthest_beyond_its_floor",)),
+    Mutation("left-out-gates-come-back", "19", "if the kept gates come to nothing, the gates left out are timed "
+             "after all (a decoy gate cannot steer a real regression out of the confirmation)",
+             (("worker/gates/confirm.py",
+               "        wanting = [g for g in wanting if g.name in left_out]  # the kept gates came to nothing: the rest now",
+               "        return ConfirmPlan([], left_out)"),),
+             ("tests/worker/gates/test_gates.py::"
+              "test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation",
+              "tests/worker/gates/test_confirm.py::test_the_narrowed_confirmation_decides_as_the_full_design_does")),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),

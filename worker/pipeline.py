@@ -448,16 +448,17 @@ class Evaluation:
                 logit_checks.append(self._verify_logits(sw, sw.gates, reference, logit_cache, every_rep=every_rep))
             pending.clear()
 
-        not_confirmed: dict[str, str] = {}  # gate -> why the confirming pairs stopped timing it (gates/confirm.py)
+        left_out: dict[str, str] = {}  # gate -> why the confirming pairs leave it untimed (worker/gates/confirm.py)
         while more_pairs is not None:
             deltas = {g.name: self._pair_deltas(sweeps, g.name) for g in gates}
-            plan = confirming_gates(gates, deltas, nulls, set(not_confirmed))
+            plan = confirming_gates(gates, deltas, nulls, left_out)
+            left_out = plan.left_out
             if not plan.timed:
                 break
-            not_confirmed.update({g: plan.why for g in plan.not_confirmed})
             if not any(nulls[g].side(d) < 0 for g, d in deltas.items()):
                 verify()  # no gate can end slower (a side only ever drops to 0): every pair gets checked, so now
-            self.progress("confirm", model=spec.name, pair=len(sweeps) + 1, of=max(nulls[g.name].pairs for g in plan.timed))
+            self.progress("confirm", model=spec.name, pair=len(sweeps) + 1,
+                          of=max(nulls[g.name].pairs for g in plan.timed))
             # The first pair stays alive for the next model: frozen meanwhile, so its head can neither load the GPU
             # while the fresh pair is timed nor answer the fresh head through their shared compile cache.
             with _frozen(procs["base"], procs["head"]), more_pairs(len(sweeps)) as pair:
@@ -475,8 +476,8 @@ class Evaluation:
             del pending[1:]
             verify(every_rep=False)
             out.receipt["outputs_partly_verified"] = partly
-        if not_confirmed:
-            out.receipt["gates_not_confirmed"] = not_confirmed
+        if left_out:
+            out.receipt["gates_not_confirmed"] = left_out
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
         self._judge_logits(spec.name, gates, logit_checks, out)
@@ -658,7 +659,8 @@ class Evaluation:
                 head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
                 noise_floor=floor, significant=side != 0, regression=side < 0,
                 scored=spec.is_scored(g.name), n_pairs=c.n_pairs, reason=None if null.calibrated else null.reason,
-                floor_slower=null.floor_slower, floor_faster=null.floor_faster, floor_widening=null.widening))
+                floor_slower=null.floor_slower, floor_faster=null.floor_faster, floor_widening=null.widening,
+                not_confirmed=g.name in out.receipt.get("gates_not_confirmed", {})))
         out.receipt["noise_floors"] = floors
         out.receipt["output_checks"] = checks_r
         return results

@@ -69,6 +69,9 @@ class GateResult:
     # > 1: both floors were multiplied by this because the host's recent A/A pairs are noisier than the
     # history the floors came from (worker/calibration/scale.py); 1 = not widened.
     floor_widening: float = 1.0
+    # Slower in every pair timed, but short of the pairs its design needs: the confirming pairs timed other gates of
+    # the model and one of them confirmed the slowdown (worker/gates/confirm.py). Never significant.
+    not_confirmed: bool = False
 
 
 @dataclass

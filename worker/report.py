@@ -38,6 +38,8 @@ def gate_word(g: GateResult) -> str:
         return "**REGRESSION**"
     if g.significant and (g.rel_change or 0) > 0:
         return "faster"
+    if g.not_confirmed:
+        return "slower, not confirmed"
     return "within noise"
 
 

@@ -170,6 +170,8 @@ class GateResultRow(Base):
     scored: Mapped[bool] = mapped_column(Boolean, default=False)
     n_pairs: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str | None] = mapped_column(Text)
+    # slower in every pair timed but left unconfirmed: another gate of its model confirmed (worker/gates/confirm.py)
+    not_confirmed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
 
 
 class GuardResultRow(Base):

@@ -127,7 +127,7 @@ def run_placebo(repo: str, ref: str, settings: EvalSettings, *, evaluations: int
                 r = ev.decide({spec.name: out})
                 verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
                 n_sig += any(g.significant for g in r.gates)
-                pairs_used.append(len(next(iter(out.pair_deltas.values()))))
+                pairs_used.append(out.receipt["process_pairs"])  # gates may differ (worker/gates/confirm.py)
                 nulls = out.receipt["noise_floors"]
                 t_eval += time.monotonic() - t0
     finally:
@@ -147,7 +147,8 @@ def judge_blocks(deltas: dict[str, list[float]], nulls: dict) -> list[dict[str, 
     exactly as the pipeline runs one: the first pair, then the next pairs while any gate still wants
     more (worker/gates/noise.py), then each gate's side (-1 slower, +1 faster, 0). Independent A/A (or
     A/B) pairs stand in for the fresh confirming pairs an evaluation would start. An evaluation the
-    record runs out in the middle of is left out."""
+    record runs out in the middle of is left out. The pipeline's confirming pairs may time fewer gates
+    (worker/gates/confirm.py), but each gate's decision, and so the model's, is the one read here."""
     gates = list(deltas)
     n = min(len(v) for v in deltas.values()) if deltas else 0
     out, i = [], 0

@@ -1,15 +1,17 @@
 """Which gates a confirming process pair times.
 
 A gate whose pairs so far missed its floor is decided (worker/gates/noise.py: the early stop is exact) and is not
-timed again. When every gate still in play is slower and none is faster, the model's answer can only be "slower"
-(REJECT, or MIXED beside another model's speedup) or "no significant change": the confirming pairs then time two
-contexts at most, the shortest among those gates (the cheapest: on the 9B a confirming pair of every context took
+timed again. When every gate still in play is slower and none is faster, the confirming pairs first time two
+contexts at most: the shortest among those gates (the cheapest: on the 9B a confirming pair of every context took
 ~42 s, gpu-e2e-h200-20261206T231105Z.json) and the context of the gate furthest beyond its floor (the likeliest to
-confirm, so a change seen only at long context is not traded for speed). The rest are reported as not confirmed.
+confirm). If one of them confirms, the model is significantly slower and the rest are reported as not confirmed.
+If none does, the gates left out are timed after all, in fresh pairs, until each is decided as the full design
+would decide it (narrowed again the same way): a head slower on purpose at a decoy gate, to steer which gates are
+confirmed, gains nothing, and no real regression is missed for the saving.
 
-Choosing them from the data keeps the bound: a kept gate that confirms under the null is a gate that would have
-confirmed in the full design too (its pairs are the same draws), and the evaluation's bound already sums over every
-gate. Base and head time the same contexts in the same order, so each kept gate's pair delta compares like with like.
+So every gate gets the decision the full design would give it, as long as a gate measures the same whichever other
+contexts its pair times: base and head time the same contexts in the same order, so each pair delta compares like
+with like, and the placebo (worker/calibration/placebo.py run_placebo, through `measure`) covers narrowed pairs.
 """
 from __future__ import annotations
 
@@ -18,32 +20,40 @@ from dataclasses import dataclass, field
 from worker.gates.bench import GateSpec
 from worker.gates.noise import GateNull
 
+WHY = ("slower in every pair timed, not confirmed: the confirming pairs timed {kept} (the shortest context and the "
+       "gate furthest beyond its floor) and a confirmed slowdown there settles this model")
+
 
 @dataclass
 class ConfirmPlan:
-    timed: list[GateSpec]  # the gates the next confirming pair times
-    not_confirmed: list[str] = field(default_factory=list)  # gates in play that it stops timing
-    why: str | None = None
+    timed: list[GateSpec]  # the gates the next confirming pair times (none: this model's measurement is done)
+    # gates in play that the confirming pairs leave untimed for now -> why (timed after all if the kept gates
+    # come to nothing; still here at the end: not confirmed)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def confirming_gates(gates: list[GateSpec], deltas: dict[str, list[float]], nulls: dict[str, GateNull],
-                     dropped: set[str] = frozenset()) -> ConfirmPlan:
-    """The gates another fresh pair should time (none: the measurement is done). `dropped`: gates an earlier
-    plan stopped timing, out of play for good (their pairs stay short of the design's, so never significant); once
-    a plan has narrowed, the gates it kept are timed to the end."""
-    in_play = [g for g in gates if g.name not in dropped and nulls[g.name].wants_more(deltas[g.name])]
-    sides = {g.name: nulls[g.name].side(deltas[g.name]) for g in gates}
-    faster = any(sides[g.name] > 0 for g in in_play) or any(
+                     left_out: dict[str, str] | None = None) -> ConfirmPlan:
+    """The gates another fresh pair should time, given each gate's pair deltas so far and the gates an earlier plan
+    left out."""
+    left_out = dict(left_out or {})
+    wanting = [g for g in gates if nulls[g.name].wants_more(deltas[g.name])]
+    if left_out:
+        kept = [g for g in wanting if g.name not in left_out]
+        if kept:
+            return ConfirmPlan(kept, left_out)
+        if any(nulls[g.name].significant(deltas[g.name]) < 0 for g in gates):
+            return ConfirmPlan([], left_out)  # a kept gate confirmed: this model is significantly slower
+        wanting = [g for g in wanting if g.name in left_out]  # the kept gates came to nothing: the rest now
+    faster = any(nulls[g.name].side(deltas[g.name]) > 0 for g in wanting) or any(
         nulls[g.name].significant(deltas[g.name]) > 0 for g in gates)
-    if not in_play or faster or dropped:
-        return ConfirmPlan(in_play)
+    if not wanting or faster:
+        return ConfirmPlan(wanting)
 
     def beyond(g: GateSpec) -> float:  # how far the least extreme pair lies past the floor, in floors (>= 1)
-        return max(deltas[g.name]) / nulls[g.name].lo
+        return max(deltas[g.name]) / min(nulls[g.name].lo, -1e-12)
 
-    keep = {min(g.context for g in in_play), max(in_play, key=beyond).context}
-    timed = [g for g in in_play if g.context in keep]
-    why = (f"slower in every pair so far, not timed again: the confirming pairs time only "
-           f"{', '.join(g.name for g in timed)} (the shortest context and the gate furthest beyond its floor), "
-           "since with no gate faster no pass or tier is at stake")
-    return ConfirmPlan(timed, [g.name for g in in_play if g.context not in keep], why)
+    keep = {min(g.context for g in wanting), max(wanting, key=beyond).context}
+    timed = [g for g in wanting if g.context in keep]
+    why = WHY.format(kept=", ".join(g.name for g in timed))
+    return ConfirmPlan(timed, {g.name: why for g in wanting if g.context not in keep})

@@ -38,3 +38,16 @@ def test_comment_says_what_was_not_measured_or_checked_and_escapes_it():
     assert "qwen35-0.8b: not measured: the verdict is already REJECT" in text
     assert "verified rep only" in text
     assert "<img" not in text and "@team" not in text
+
+
+def test_a_gate_the_confirming_pairs_left_out_reads_slower_not_confirmed_not_within_noise():
+    """A gate slower in its one pair, left out because another gate confirmed the slowdown (worker/gates/confirm.py),
+    is never shown as noise."""
+    run = view(1, "slow", "8e7e027aa1")
+    gates = [dataclasses.replace(g, significant=False, regression=False, not_confirmed=True, n_pairs=1, rel_change=-0.1)
+             for g in run.result.gates[:1]] + run.result.gates[1:]
+    run = dataclasses.replace(run, result=dataclasses.replace(run.result, gates=gates))
+    text = render.sticky_comment(current=run, earlier=[], head_sha="8e7e027aa1", awaiting_approval=False,
+                                 approval_label="ok", models=[])
+    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {gates[0].model} | {gates[0].gate}"))
+    assert row.endswith("| slower, not confirmed (1 pair) |"), row

@@ -1,6 +1,6 @@
 """Which gates a confirming process pair times: never a decided gate; with every gate in play slower and none
-faster, the shortest context and the gate furthest beyond its floor; a REJECT through them is one the full design
-would have given too (so the false-significance bound stands)."""
+faster, first the shortest context and the gate furthest beyond its floor, then, if neither confirms, the gates left
+out; so each gate gets the decision the full design would give it."""
 import numpy as np
 
 from worker.gates.bench import GateSpec
@@ -30,7 +30,7 @@ def test_a_decided_gate_is_never_timed_again_and_a_possible_speedup_keeps_every_
     d["decode@512"] = [0.05]  # faster: in play
     d["prefill@32768"] = [-0.05]  # slower: in play, and with a faster gate in play a tier or MIXED is at stake
     plan = confirming_gates(GATES, d, nulls())
-    assert names(plan.timed) == ["decode@512", "prefill@32768"] and not plan.not_confirmed
+    assert names(plan.timed) == ["decode@512", "prefill@32768"] and not plan.left_out
     assert confirming_gates(GATES, {g.name: [0.0] for g in GATES}, nulls()).timed == []  # nothing left to confirm
 
 
@@ -40,16 +40,32 @@ def test_every_gate_slower_keeps_the_shortest_context_and_the_gate_furthest_beyo
     d["decode@512"] = [0.0]  # decided
     plan = confirming_gates(GATES, d, nulls())
     assert names(plan.timed) == ["decode@128", "decode@32768", "prefill@32768"]
-    assert plan.not_confirmed == ["decode@4096", "prefill@4096"] and "decode@128" in plan.why
-    # once dropped, out of play for good (its pairs stay short of the design), and the kept gates stay kept
-    d["decode@32768"].append(-0.011)  # now the least extreme pair of decode@32768 is barely beyond its floor
-    again = confirming_gates(GATES, d, nulls(), set(plan.not_confirmed))
-    assert names(again.timed) == names(plan.timed) and again.not_confirmed == []
+    assert sorted(plan.left_out) == ["decode@4096", "prefill@4096"]
+    assert "decode@128" in plan.left_out["decode@4096"]
+    # while a kept gate is in play the plan stands, even where another gate now looks furthest
+    for g in plan.timed:
+        d[g.name].append(-0.011)
+    d["decode@32768"][-1] = -0.0101
+    again = confirming_gates(GATES, d, nulls(), plan.left_out)
+    assert names(again.timed) == names(plan.timed) and again.left_out == plan.left_out
     # the least extreme pair decides how far a gate is beyond its floor
     d = {g.name: [-0.02, -0.02] for g in GATES}
     d["decode@32768"] = [-0.30, -0.011]
     d["decode@4096"] = [-0.05, -0.04]
     assert names(confirming_gates(GATES, d, nulls()).timed) == ["decode@128", "decode@4096", "prefill@4096"]
+
+
+def test_a_kept_gate_that_confirms_ends_the_model_and_kept_gates_that_miss_bring_the_rest_back():
+    d = {g.name: [-0.05] for g in GATES}
+    plan = confirming_gates(GATES, d, nulls(pairs=2))  # all alike: the shortest is also the first furthest
+    assert names(plan.timed) == ["decode@128"] and len(plan.left_out) == 5
+    confirmed = {**d, "decode@128": [-0.05, -0.05]}  # two of two pairs beyond the floor: significantly slower
+    done = confirming_gates(GATES, confirmed, nulls(pairs=2), plan.left_out)
+    assert done.timed == [] and done.left_out == plan.left_out  # the rest: not confirmed
+    missed = {**d, "decode@128": [-0.05, 0.0]}  # the decoy's trick: slow in the first pair only
+    back = confirming_gates(GATES, missed, nulls(pairs=2), plan.left_out)
+    assert "decode@128" not in names(back.timed) and back.timed  # the gates left out are timed after all,
+    assert names(back.timed)[0] == "decode@512" and set(names(back.timed)) | set(back.left_out) == set(plan.left_out)
 
 
 def test_a_gate_already_significantly_faster_keeps_every_slower_gate_in_play():
@@ -58,29 +74,49 @@ def test_a_gate_already_significantly_faster_keeps_every_slower_gate_in_play():
     d = {g.name: [-0.05] for g in GATES}
     d["decode@128"] = [0.05]
     plan = confirming_gates(GATES, d, n)
-    assert names(plan.timed) == [g.name for g in GATES if g.name != "decode@128"] and not plan.not_confirmed
+    assert names(plan.timed) == [g.name for g in GATES if g.name != "decode@128"] and not plan.left_out
 
 
-def test_a_narrowed_reject_is_one_the_full_design_gives_too():
-    """A/A draws with every gate's pairs from one null, correlated across gates (a pair's offset): whenever the
-    narrowed confirmation finds a gate significantly slower, the full design (every gate timed in every pair) does
-    too, so narrowing cannot raise the false-REJECT rate. Drawn loose (floors near the spread) to have events."""
+def test_the_narrowed_confirmation_decides_as_the_full_design_does():
+    """A/A and planted draws, correlated across gates (a pair's offset), one gate's draws the same whichever
+    gates its pair times: the model is significantly slower under the narrowed confirmation exactly when it is
+    under the full design (every gate timed in every pair), so neither the false-REJECT rate nor the power moves.
+    Drawn loose (floors near the spread) to have events of both kinds."""
     rng = np.random.default_rng(7)
-    hits = 0
-    for _ in range(4000):
-        n = nulls(pairs=3)
-        full = rng.normal(0, 0.01, (3, 1)) + rng.normal(0, 0.006, (3, len(GATES)))  # 3 pairs x gates
-        dropped: set[str] = set()
-        d = {g.name: [full[0, i]] for i, g in enumerate(GATES)}
-        for k in (1, 2):
-            plan = confirming_gates(GATES, d, n, dropped)
+    m, events = 3, {True: 0, False: 0}
+    for trial in range(3000):
+        n = nulls(pairs=m)
+        shift = np.zeros(len(GATES))
+        if trial % 2:  # a real slowdown at one random context (long-context-only regressions included)
+            shift[rng.integers(len(GATES))] = -0.02
+        draws = rng.normal(0, 0.01, (3 * m, 1)) + rng.normal(0, 0.006, (3 * m, len(GATES))) + shift
+        used = {g.name: 0 for g in GATES}  # each gate's next draw (its own sequence of fresh pairs)
+
+        def take(g):
+            used[g.name] += 1
+            return draws[used[g.name] - 1, GATES.index(g)]
+
+        d = {g.name: [take(g)] for g in GATES}
+        left_out = {}
+        while True:
+            plan = confirming_gates(GATES, d, n, left_out)
+            left_out = plan.left_out
             if not plan.timed:
                 break
-            dropped |= set(plan.not_confirmed)
             for g in plan.timed:
-                d[g.name].append(full[k, GATES.index(g)])
+                d[g.name].append(take(g))
         narrowed = any(n[g.name].significant(d[g.name]) < 0 for g in GATES)
-        full_design = any(n[g.name].significant(list(full[:, i])) < 0 for i, g in enumerate(GATES))
-        assert full_design or not narrowed
-        hits += narrowed
-    assert hits > 20  # the property was exercised
+        full = any(n[g.name].significant(_full_design_deltas(n[g.name], draws[:, i])) < 0 for i, g in enumerate(GATES))
+        assert narrowed == full, (trial, d)
+        events[narrowed] += 1
+    assert min(events.values()) > 100  # both outcomes exercised
+
+
+def _full_design_deltas(null: GateNull, column) -> list[float]:
+    """A gate's deltas under the full design: its draws in order until it is decided."""
+    out = []
+    for x in column:
+        out.append(x)
+        if not null.wants_more(out):
+            break
+    return out

@@ -330,5 +330,6 @@ def test_the_reference_skips_untimed_decode_prefills_of_unverified_reps(tmp_path
     assert reps(64) == [0, 1, 2, 3], staged  # timed prefills: every rep
     assert len(reps(32)) == 1, staged  # the decode gate's untimed prefill: the verified rep's alone
     checked = r.receipt["models"]["fake"]["timed_logit_checks"]  # per pair: 4 timed prefills, 1 verified decode rep
-    pairs = r.receipt["models"]["fake"]["process_pairs"]
-    assert checked["prefill@64"]["head"]["checked"] == 4 * pairs and checked["decode@32"]["head"]["checked"] == pairs
+    pairs = {g.gate: g.n_pairs for g in r.gates}  # a confirming pair times only the gates in play (gates/confirm.py)
+    assert checked["prefill@64"]["head"]["checked"] == 4 * pairs["prefill@64"]
+    assert checked["decode@32"]["head"]["checked"] == pairs["decode@32"]

@@ -52,9 +52,34 @@ def test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthe
     dropped = r.receipt["models"]["fake"]["gates_not_confirmed"]
     contexts = {g.gate: int(g.gate.split("@")[1]) for g in r.gates}
     assert set(dropped) == {g for g, c in contexts.items() if c not in confirming}, dropped
-    assert all(not g.regression for g in r.gates if g.gate in dropped)  # short of the design's pairs
+    assert all(g.not_confirmed and not g.regression for g in r.gates if g.gate in dropped)  # short of the design
     assert any(g.regression and g.gate in r.summary for g in r.gates if g.gate not in dropped), r.summary
-    assert any("not timed again" in n and all(g in n for g in dropped) for n in r.notes), r.notes
+    assert any("not confirmed" in n and all(g in n for g in dropped) for n in r.notes), r.notes
+
+
+@pytest.mark.sandbox
+def test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation(tmp_path, cache):
+    """The head is really 2x slower at decode@160 and, only in a process that ran a long context first, 6x at
+    decode@96: the decoy is the shortest gate in play and the furthest beyond its floor, so the confirming pairs time
+    it alone first, and there it is not slow. The gates left out are then timed after all: REJECT on decode@160,
+    as the full design gives (a red-team finding)."""
+    r = eval_fakes(tmp_path, head="decoy", decode_contexts=[32, 96, 160], prefill_contexts=[64], pairs=4, warmup=1)
+    assert r.verdict == Verdict.REJECT and "decode@160" in {g.gate for g in r.gates if g.regression}, r.summary
+    assert "decode@160" not in r.receipt["models"]["fake"].get("gates_not_confirmed", {})
+
+
+@pytest.mark.sandbox
+def test_a_decoy_on_one_model_beside_a_speedup_on_another_is_mixed_not_a_tier(tmp_path, cache):
+    from worker.config import ModelSpec
+
+    a = ModelSpec(name="fakeA", path=str(fake_model(tmp_path / "a.gguf", 0)), decode_contexts=[32, 96, 160],
+                  prefill_contexts=[64])
+    b = ModelSpec(name="fakeB", path=str(fake_model(tmp_path / "b.gguf", 1)), decode_contexts=[32],
+                  prefill_contexts=[64])
+    r = eval_fakes(tmp_path, head="decoy_two_models", base="slow_decode_model_b", models=[a, b], pairs=4, warmup=1,
+                   calibrate=True, settings=LOOSE)
+    assert r.verdict == Verdict.MIXED, r.summary
+    assert "fakeA decode@160" in {f"{g.model} {g.gate}" for g in r.gates if g.regression}, r.summary
 
 
 @pytest.mark.sandbox
@@ -69,17 +94,14 @@ def test_real_speedup_gets_a_tier(tmp_path, cache, monkeypatch):
         return request(self, op, **k)
 
     monkeypatch.setattr(RevisionProcess, "request", spy)
-    r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[64], pairs=4, inner=2,
-              settings=LOOSE, calibrate=True)
-    # the untouched prefill gate runs at LOOSE's 5 % false-significance rate: a fluke there makes the
-    # verdict MIXED (named), never costs the decode gate its tier
-    flagged = {g.gate for g in r.gates if g.regression}
-    assert r.verdict in TIERS or (r.verdict is Verdict.MIXED and flagged == {"prefill@64"}), r.summary
-    assert "decode@32" in r.summary
-    (g,) = [g for g in r.gates if g.gate == "decode@32"]
+    # decode only: a noisy fake prefill gate, slower by chance in the first pair at LOOSE's rate (about half the
+    # runs), would rightly defer the checks below (tests/worker/verdicts/test_trust.py has the mixed case)
+    r = eval_fakes(tmp_path, base="slow_decode", head="good", decode_contexts=[32], prefill_contexts=[], pairs=4,
+                   inner=2, settings=LOOSE, calibrate=True)
+    assert r.verdict in TIERS and "decode@32" in r.summary, r.summary
+    (g,) = r.gates
     assert g.significant and g.ci_low > 0.25 and g.n_pairs >= 2
-    if r.verdict in TIERS:  # the tier comes from the conservative end of the interval, not the point estimate
-        assert r.best_speedup == g.ci_low < g.rel_change
+    assert r.best_speedup == g.ci_low < g.rel_change  # the tier: the conservative end, not the point estimate
     # no gate could end slower: each pair is checked before the next is timed, so the worker never holds more than
     # one pair's per-step logits (on the 9B ~0.6 GB a pair)
     first = [pair for role, pair in events if role == "head" and "/" not in pair][-1]  # the PR's (calibration's before)

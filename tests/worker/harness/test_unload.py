@@ -80,5 +80,7 @@ def test_the_first_pair_is_frozen_while_a_confirming_pair_is_timed(tmp_path, cac
     two = [m, m.model_copy(update={"name": "fake-guard", "role": "guard"})]  # the second loads in the thawed pair
     r = eval_fakes(tmp_path, models=two, request_timeout_s=10, settings={"sentinel_aa_pair": "never"})
     assert r.verdict not in (Verdict.INFRA, Verdict.BUILD_FAILED), r.summary
-    assert [r.receipt["models"][n]["process_pairs"] for n in ("fake", "fake-guard")] == [2, 2], r.summary
-    assert states == [{"base": True, "head": True}] * 2, states
+    pairs = [r.receipt["models"][n]["process_pairs"] for n in ("fake", "fake-guard")]
+    # at least one confirming pair each (a gate left out of a narrowed one is timed in another: gates/confirm.py)
+    assert all(n >= 2 for n in pairs), (pairs, r.summary)
+    assert states == [{"base": True, "head": True}] * sum(n - 1 for n in pairs), states

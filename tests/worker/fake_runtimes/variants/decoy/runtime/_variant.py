@@ -1,0 +1,42 @@
+"""Hostile head (a red-team finding, session 30): a REAL 2x decode slowdown at long context (position >= 150,
+i.e. decode@160), and a decoy: decode at mid context (90..130, decode@96) does its work 6x -- but only in a process that has already run
+something at long context. In the first process pair (all contexts staged, warm-up and reps interleave every
+context) the decoy is the gate furthest beyond its floor; a confirming pair narrowed to decode@96 (the
+shortest in play and the furthest) never sees a long context, so the decoy is not slow there and the real regression
+would go unconfirmed unless the gates left out are timed after all (worker/gates/confirm.py)."""
+import numpy as np
+
+SEEN_LONG = False
+
+
+def causal_mask(n, p):
+    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+
+
+def prefill_logits(engine, ids):
+    global SEEN_LONG
+    if engine.position + len(ids) >= 150:
+        SEEN_LONG = True
+    return engine._block(ids)
+
+
+def decode_step(engine, t):
+    global SEEN_LONG
+    p = engine.position
+    reps = 1
+    if p >= 150:
+        SEEN_LONG, reps = True, 2  # the real regression
+    elif 90 <= p < 130 and SEEN_LONG:
+        reps = 6  # the decoy
+    for _ in range(reps - 1):
+        engine._block([t])
+        engine.position = p
+    return engine._block([t])[0]
+
+
+def emitted(ids):
+    return ids
+
+
+def on_load():
+    pass
