@@ -76,7 +76,7 @@ def test_a_decoy_on_one_model_beside_a_speedup_on_another_is_mixed_not_a_tier(tm
                   prefill_contexts=[64])
     b = ModelSpec(name="fakeB", path=str(fake_model(tmp_path / "b.gguf", 1)), decode_contexts=[32],
                   prefill_contexts=[64])
-    r = eval_fakes(tmp_path, head="decoy_two_models", base="slow_decode_model_b", models=[a, b], pairs=4, warmup=1,
+    r = eval_fakes(tmp_path, head="decoy", base="slow_decode_model_b", models=[a, b], pairs=4, warmup=1,
                    calibrate=True, settings=LOOSE)
     assert r.verdict == Verdict.MIXED, r.summary
     assert "fakeA decode@160" in {f"{g.model} {g.gate}" for g in r.gates if g.regression}, r.summary
