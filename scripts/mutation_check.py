@@ -570,7 +570,7 @@ MUTATIONS: tuple[Mutation, ...] = (
               "test_a_guard_failing_by_chance_in_an_aa_run_stops_no_model_from_recording",)),
     Mutation("confirming-pairs-narrow", "19", "with every gate in play slower and none faster, confirming pairs "
              "first time the shortest context and the gate furthest beyond its floor only",
-             (("worker/gates/confirm.py", "    if not wanting or faster:", "    if True:"),),
+             (("worker/gates/confirm.py", "    if not wanting or faster or narrowed:", "    if True:"),),
              ("tests/worker/gates/test_gates.py::"
               "test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthest_gate",
               "tests/worker/gates/test_confirm.py::"
@@ -582,11 +582,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("left-out-gates-come-back", "19", "if the kept gates come to nothing, the gates left out are timed "
              "after all (a decoy gate cannot steer a real regression out of the confirmation)",
              (("worker/gates/confirm.py",
-               "        wanting = [g for g in wanting if g.name in left_out]  # the kept gates came to nothing: the rest now",
-               "        return ConfirmPlan([], left_out)"),),
+               "        return ConfirmPlan([g for g in wanting if g.name in left_out], {}, True)",
+               "        return ConfirmPlan([], left_out, True)"),),
              ("tests/worker/gates/test_gates.py::"
               "test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation",
               "tests/worker/gates/test_confirm.py::test_the_narrowed_confirmation_decides_as_the_full_design_does")),
+    Mutation("narrowed-once", "19", "the gates left out are timed together, never narrowed again (at most 1 + 2 (m - 1) "
+             "pairs)",
+             (("worker/gates/confirm.py", "    if not wanting or faster or narrowed:", "    if not wanting or faster:"),),
+             ("tests/worker/gates/test_confirm.py::"
+              "test_a_kept_gate_that_confirms_ends_the_model_and_kept_gates_that_miss_bring_the_rest_back",)),
+    Mutation("settled-slower-stops-confirming", "19", "a model already significantly slower with no gate faster gets no "
+             "more confirming pairs",
+             (("worker/gates/confirm.py", "    if slower and not faster:  # significantly", "    if False:  # significantly"),),
+             ("tests/worker/gates/test_confirm.py::"
+              "test_a_gate_already_significantly_slower_with_none_faster_ends_the_model",)),
     Mutation("timed-tests-alone", "CI", "under xdist a timed test shares the machine with no other test",
              (("tests/conftest.py", "fcntl.LOCK_EX if alone else fcntl.LOCK_SH", "fcntl.LOCK_SH"),),
              ("tests/test_timed_alone.py::test_timed_tests_overlap_nothing_under_xdist",)),

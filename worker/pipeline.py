@@ -448,11 +448,10 @@ class Evaluation:
                 logit_checks.append(self._verify_logits(sw, sw.gates, reference, logit_cache, every_rep=every_rep))
             pending.clear()
 
-        left_out: dict[str, str] = {}  # gate -> why the confirming pairs leave it untimed (worker/gates/confirm.py)
+        plan = None  # which gates the confirming pairs time (worker/gates/confirm.py)
         while more_pairs is not None:
             deltas = {g.name: self._pair_deltas(sweeps, g.name) for g in gates}
-            plan = confirming_gates(gates, deltas, nulls, left_out)
-            left_out = plan.left_out
+            plan = confirming_gates(gates, deltas, nulls, plan)
             if not plan.timed:
                 break
             if not any(nulls[g].side(d) < 0 for g, d in deltas.items()):
@@ -476,8 +475,8 @@ class Evaluation:
             del pending[1:]
             verify(every_rep=False)
             out.receipt["outputs_partly_verified"] = partly
-        if left_out:
-            out.receipt["gates_not_confirmed"] = left_out
+        if plan is not None and plan.left_out:
+            out.receipt["gates_not_confirmed"] = plan.left_out
         out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
         self._judge_memory(spec, gates, sweeps[0], out)
         self._judge_logits(spec.name, gates, logit_checks, out)

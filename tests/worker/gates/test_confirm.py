@@ -1,6 +1,7 @@
 """Which gates a confirming process pair times: never a decided gate; with every gate in play slower and none
 faster, first the shortest context and the gate furthest beyond its floor, then, if neither confirms, the gates left
-out; so each gate gets the decision the full design would give it."""
+out, together; so the model ends slower or faster exactly when the full design says so, every gate not reported as
+not confirmed gets the full design's decision, and the pairs stay within 1 + 2 (m - 1)."""
 import numpy as np
 
 from worker.gates.bench import GateSpec
@@ -46,7 +47,7 @@ def test_every_gate_slower_keeps_the_shortest_context_and_the_gate_furthest_beyo
     for g in plan.timed:
         d[g.name].append(-0.011)
     d["decode@32768"][-1] = -0.0101
-    again = confirming_gates(GATES, d, nulls(), plan.left_out)
+    again = confirming_gates(GATES, d, nulls(), plan)
     assert names(again.timed) == names(plan.timed) and again.left_out == plan.left_out
     # the least extreme pair decides how far a gate is beyond its floor
     d = {g.name: [-0.02, -0.02] for g in GATES}
@@ -60,12 +61,24 @@ def test_a_kept_gate_that_confirms_ends_the_model_and_kept_gates_that_miss_bring
     plan = confirming_gates(GATES, d, nulls(pairs=2))  # all alike: the shortest is also the first furthest
     assert names(plan.timed) == ["decode@128"] and len(plan.left_out) == 5
     confirmed = {**d, "decode@128": [-0.05, -0.05]}  # two of two pairs beyond the floor: significantly slower
-    done = confirming_gates(GATES, confirmed, nulls(pairs=2), plan.left_out)
+    done = confirming_gates(GATES, confirmed, nulls(pairs=2), plan)
     assert done.timed == [] and done.left_out == plan.left_out  # the rest: not confirmed
     missed = {**d, "decode@128": [-0.05, 0.0]}  # the decoy's trick: slow in the first pair only
-    back = confirming_gates(GATES, missed, nulls(pairs=2), plan.left_out)
-    assert "decode@128" not in names(back.timed) and back.timed  # the gates left out are timed after all,
-    assert names(back.timed)[0] == "decode@512" and set(names(back.timed)) | set(back.left_out) == set(plan.left_out)
+    back = confirming_gates(GATES, missed, nulls(pairs=2), plan)
+    assert names(back.timed) == sorted(plan.left_out, key=names(GATES).index) and not back.left_out  # all of them
+    again = confirming_gates(GATES, {**missed, "decode@512": [-0.05, -0.05]}, nulls(pairs=2), back)
+    assert again.timed == [] and "decode@512" in again.left_out["decode@4096"]  # settled: no more pairs
+    more = {**missed, **{g: [-0.05, -0.02] for g in ("decode@512", "decode@4096")}}
+    more["decode@32768"] = [-0.05, 0.0]  # decided; the rest still in play after a miss: never narrowed again
+    assert names(confirming_gates(GATES, more, nulls(pairs=3), back).timed) == [
+        "decode@512", "decode@4096", "prefill@4096", "prefill@32768"]
+
+
+def test_a_gate_already_significantly_slower_with_none_faster_ends_the_model():
+    n = nulls()
+    n["decode@512"] = GateNull(-F, F, 1, True, 30, 1e-4)  # one pair suffices: significantly slower already
+    plan = confirming_gates(GATES, {g.name: [-0.05] for g in GATES}, n)
+    assert plan.timed == [] and set(plan.left_out) == {g.name for g in GATES} - {"decode@512"}
 
 
 def test_a_gate_already_significantly_faster_keeps_every_slower_gate_in_play():
@@ -97,14 +110,19 @@ def test_the_narrowed_confirmation_decides_as_the_full_design_does():
             return draws[used[g.name] - 1, GATES.index(g)]
 
         d = {g.name: [take(g)] for g in GATES}
-        left_out = {}
+        plan, pairs = None, 1
         while True:
-            plan = confirming_gates(GATES, d, n, left_out)
-            left_out = plan.left_out
+            plan = confirming_gates(GATES, d, n, plan)
             if not plan.timed:
                 break
+            pairs += 1
             for g in plan.timed:
                 d[g.name].append(take(g))
+        assert pairs <= 1 + 2 * (m - 1), (trial, pairs)
+        for g in GATES:  # every gate not reported as not confirmed: the full design's decision
+            if plan is None or g.name not in plan.left_out:
+                assert n[g.name].significant(d[g.name]) == n[g.name].significant(
+                    _full_design_deltas(n[g.name], draws[:, GATES.index(g)])), (trial, g.name, d)
         narrowed = any(n[g.name].significant(d[g.name]) < 0 for g in GATES)
         full = any(n[g.name].significant(_full_design_deltas(n[g.name], draws[:, i])) < 0 for i, g in enumerate(GATES))
         assert narrowed == full, (trial, d)
