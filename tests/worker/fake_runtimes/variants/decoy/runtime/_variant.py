@@ -6,13 +6,9 @@ interleave every context) the decoy is the gate furthest beyond its floor; a con
 regression would go unconfirmed unless the gates left out are timed after all (worker/gates/confirm.py).
 A second model (E[0,0] < 0: fake_model seed 1) decodes plainly: against a `slow_decode_model_b` base it is 2x
 faster, and a regression on the first beside a speedup on the second is MIXED, never a tier."""
-import numpy as np
+from ._work import causal_mask, emitted, on_load, repeated  # noqa: F401
 
 SEEN_LONG = False
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
 
 
 def prefill_logits(engine, ids):
@@ -26,21 +22,9 @@ def decode_step(engine, t):
     global SEEN_LONG
     if engine.E[0, 0] < 0:  # the second model
         return engine._block([t])[0]
-    p = engine.position
-    reps = 1
-    if p >= 150:
-        SEEN_LONG, reps = True, 2  # the real regression
-    elif 90 <= p < 130 and SEEN_LONG:
-        reps = 6  # the decoy
-    for _ in range(reps - 1):
-        engine._block([t])
-        engine.position = p
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
-
-
-def on_load():
-    pass
+    times = 1
+    if engine.position >= 150:
+        SEEN_LONG, times = True, 2  # the real regression
+    elif 90 <= engine.position < 130 and SEEN_LONG:
+        times = 6  # the decoy
+    return repeated(engine, [t], times)[0]
