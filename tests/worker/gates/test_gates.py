@@ -62,8 +62,9 @@ def test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation(tmp
     """The head is really 2x slower at decode@160 and, only in a process that ran a long context first, 6x at
     decode@96: the decoy is the shortest gate in play and the furthest beyond its floor, so the confirming pairs time
     it alone first, and there it is not slow. The gates left out are then timed after all: REJECT on decode@160,
-    as the full design gives (a red-team finding)."""
-    r = eval_fakes(tmp_path, head="decoy", decode_contexts=[32, 96, 160], prefill_contexts=[64], pairs=4, warmup=1)
+    as the full design gives (a red-team finding). Decode only: the narrowing needs every gate in play slower, and the
+    fake's noisy prefill gate, faster by chance on a loaded CI host, made it MIXED instead (CI, session 30)."""
+    r = eval_fakes(tmp_path, head="decoy", decode_contexts=[32, 96, 160], prefill_contexts=[], pairs=4, warmup=1)
     assert r.verdict == Verdict.REJECT and "decode@160" in {g.gate for g in r.gates if g.regression}, r.summary
     assert "decode@160" not in r.receipt["models"]["fake"].get("gates_not_confirmed", {})
 
