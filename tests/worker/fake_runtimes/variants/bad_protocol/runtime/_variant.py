@@ -1,22 +1,6 @@
 """Fault-injection variant of the fake runtime (see tests/worker/verdicts/test_faults.py)."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
+from ._work import causal_mask, decode_step, on_load, prefill_logits  # noqa: F401
 
 
 def emitted(ids):
     return ids[:-1]  # one id short: breaks the protocol
-
-
-def on_load():
-    pass

@@ -1,24 +1,8 @@
 """Fault-injection variant of the fake runtime (see tests/worker/verdicts/test_faults.py)."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
+from ._work import causal_mask, emitted, on_load, prefill_logits  # noqa: F401
 
 
 def decode_step(engine, t):
     import time
 
     time.sleep(3600)
-
-
-def emitted(ids):
-    return ids
-
-
-def on_load():
-    pass

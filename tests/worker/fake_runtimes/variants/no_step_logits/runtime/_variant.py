@@ -3,6 +3,8 @@ which no longer goes through engine.decode nor fills `logits_out`, so no per-ste
 Prefill and the accuracy guard are untouched."""
 import numpy as np
 
+from ._work import decode_step, emitted, prefill_logits  # noqa: F401
+
 WINDOW = 8
 
 
@@ -11,18 +13,6 @@ def causal_mask(n, p):
     if n == 1:  # decode: attend to the last WINDOW positions only
         m[0, : max(0, p - WINDOW + 1)] = -np.inf
     return m
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
-
-
-def decode_step(engine, t):
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
 
 
 def on_load():

@@ -1,26 +1,7 @@
 """Fault-injection variant of the fake runtime (see tests/worker/verdicts/test_faults.py)."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
-
-
-def prefill_logits(engine, ids):
-    return engine._block(ids)
+from ._work import causal_mask, emitted, on_load, prefill_logits, repeated  # noqa: F401
 
 
 def decode_step(engine, t):
     # A real 2x slowdown: the step's work is done twice (same result, same state).
-    p = engine.position
-    engine._block([t])
-    engine.position = p
-    return engine._block([t])[0]
-
-
-def emitted(ids):
-    return ids
-
-
-def on_load():
-    pass
+    return repeated(engine, [t])[0]

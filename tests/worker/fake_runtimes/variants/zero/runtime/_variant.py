@@ -1,9 +1,5 @@
 """Fault-injection variant of the fake runtime (see tests/worker/verdicts/test_faults.py)."""
-import numpy as np
-
-
-def causal_mask(n, p):
-    return np.triu(np.full((n, p + n), -np.inf), k=p + 1)
+from ._work import causal_mask, emitted, on_load  # noqa: F401
 
 
 def prefill_logits(engine, ids):
@@ -12,11 +8,3 @@ def prefill_logits(engine, ids):
 
 def decode_step(engine, t):
     return engine._block([t])[0] * 0.0
-
-
-def emitted(ids):
-    return ids
-
-
-def on_load():
-    pass
