@@ -546,11 +546,11 @@ MUTATIONS: tuple[Mutation, ...] = (
                "                        why = None"),),
              ("tests/worker/gates/test_gates.py::test_subtly_wrong_kernel_fails_the_guard_and_nothing_is_timed_after_it",)),
     Mutation("slower-only-checks-one-rep", "19", "a model slower on some gate and faster on none is checked on the "
-             "first pair's verified rep only", (("worker/pipeline.py", "partly = self._no_pass_possible(spec, gates, "
+             "first pair's verified rep only", (("worker/pipeline.py", "partly = no_pass_possible(spec.name, gates, "
                                                   "sweeps, nulls)", "partly = None"),),
              ("tests/worker/gates/test_gates.py::test_real_slowdown_is_rejected_naming_the_gate",)),
     Mutation("faster-gate-checks-every-pair", "13", "a model with a faster gate has every pair's outputs checked",
-             (("worker/pipeline.py", "if not slower or any(side > 0 for side in sides.values()):",
+             (("worker/gates/judge.py", "if not slower or any(side > 0 for side in sides.values()):",
                "if not slower:"),),
              ("tests/worker/verdicts/test_trust.py::test_decode_speedup_with_prefill_regression_is_mixed_not_a_tier",)),
     Mutation("skipped-check-keeps-base-bars", "13", "where output checks are cut short, base is still held to its "

@@ -11,13 +11,12 @@ import importlib.util
 import os
 import shutil
 import site
-import statistics
 import sys
 import time
 import traceback
 import uuid
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
@@ -30,8 +29,9 @@ from worker.calibration.aa_store import AAStore
 from worker.calibration.key import calibration_key
 from worker.gates.bench import GateSpec, gate_specs, run_sweep
 from worker.gates.confirm import confirming_gates
-from worker.gates.verify import (LogitCheck, OutputCheck, check_timed_logits, judge_logits, judge_steps,
-                                 keep_last_rows, merge_output_checks, verify_outputs)
+from worker.gates.judge import (ModelOutcome, gate_results, judge_memory, judge_timed_logits, merge_checks,
+                               no_pass_possible, pair_deltas)
+from worker.gates.verify import check_sweep_logits, drop_step_logits, verify_sweep
 from worker.gates.idle_gpu import IdleGpuCheck, not_applicable
 from worker.checkout import CheckoutError, MergeConflict, Revision, checkout_pair, remove_worktree, subtree_id
 from worker.config import EvalSettings, ModelSpec, ProfileSettings
@@ -40,8 +40,7 @@ from worker.guards.scoring import guard_bounds, guard_key, guard_result, referen
 from worker.harness.client import RevisionFault, RevisionProcess, bounded_memory, short_text
 from worker.gates.noise import GateNull
 from worker.paths import cache_dir
-from worker.records import EvalResult, GateResult, GuardResult, InfraKind, Verdict
-from worker.gates.stats import compare_pairs, mann_whitney_p, pair_delta
+from worker.records import EvalResult, InfraKind, Verdict
 
 HARNESS_VERSION = "1.0"
 Progress = Callable[..., None]
@@ -81,17 +80,6 @@ def deployed_runtime_root() -> Path:
 
 def _noop(*_a, **_k):
     pass
-
-
-@dataclass
-class ModelOutcome:
-    gates: list[GateResult] = field(default_factory=list)
-    guard: GuardResult | None = None
-    output_failures: list[str] = field(default_factory=list)
-    receipt: dict = field(default_factory=dict)
-    pair_deltas: dict[str, list[float]] = field(default_factory=dict)  # gate → log ratio of each process pair
-    uncalibrated: dict[str, str] = field(default_factory=dict)  # "model gate" → why its null has no bound
-    memory_failures: list[str] = field(default_factory=list)
 
 
 def _pin_report(proc: RevisionProcess, resp: dict, rows: int) -> dict | None:
@@ -444,13 +432,15 @@ class Evaluation:
                 return
             self.progress("verify", model=spec.name)
             for sw in pending:  # each pair's own gates (a confirming pair times those still in play)
-                checks.append(self._verify(sw, sw.gates, reference, logit_cache))
-                logit_checks.append(self._verify_logits(sw, sw.gates, reference, logit_cache, every_rep=every_rep))
+                checks.append(verify_sweep(sw, sw.gates, reference, logit_cache, timeout=p.request_timeout_s,
+                                           tie_tol=p.output_tie_tol))
+                logit_checks.append(check_sweep_logits(sw, sw.gates, reference, logit_cache,
+                                                       timeout=p.request_timeout_s, every_rep=every_rep))
             pending.clear()
 
         plan = None  # which gates the confirming pairs time (worker/gates/confirm.py)
         while more_pairs is not None:
-            deltas = {g.name: self._pair_deltas(sweeps, g.name) for g in gates}
+            deltas = {g.name: pair_deltas(sweeps, g.name) for g in gates}
             plan = confirming_gates(gates, deltas, nulls, plan)
             if not plan.timed:
                 break
@@ -466,20 +456,21 @@ class Evaluation:
                 self._foreign_gpu_check({**procs, **{f"pair{len(sweeps)}-{r}": q for r, q in pair.items()}},
                                         "after measuring")
             pending.append(sweeps[-1])
-        partly = self._no_pass_possible(spec, gates, sweeps, nulls)
+        partly = no_pass_possible(spec.name, gates, sweeps, nulls)
         if partly is None:
             verify()  # the timing cannot see when its outputs are checked: after it, every pair
         else:  # the first pair's verified rep only (base's own bars; the head's gross errors), no confirming pair
             for sw in pending[1:]:  # nothing will read their kept per-step logits
-                _drop_step_logits(sw)
+                drop_step_logits(sw)
             del pending[1:]
             verify(every_rep=False)
             out.receipt["outputs_partly_verified"] = partly
         if plan is not None and plan.left_out:
             out.receipt["gates_not_confirmed"] = plan.left_out
-        out.gates = self._gate_results(spec, gates, sweeps, _merge_checks(checks), nulls, out)
-        self._judge_memory(spec, gates, sweeps[0], out)
-        self._judge_logits(spec.name, gates, logit_checks, out)
+        out.gates = gate_results(spec, gates, sweeps, merge_checks(checks), nulls, out, settings=self.settings,
+                                 profile=p, gate_count=self.gate_count())
+        judge_memory(spec, gates, sweeps[0], out, settings=self.settings, device=p.device)
+        judge_timed_logits(spec.name, gates, logit_checks, out, profile=p)
         out.receipt["clock"] = p.clock
         out.receipt["process_pairs"] = len(sweeps)
         out.receipt["samples_tok_s"] = {f"{r}/{g.name}": [sw.values(r, g.name) for sw in sweeps]
@@ -516,74 +507,6 @@ class Evaluation:
         nv = telemetry.nvml(telemetry.device_index(self.profile.device))
         return nv.process_memory(set(sandbox.tree_pids(proc.proc.pid)))
 
-    def _judge_memory(self, spec: ModelSpec, gates: list[GateSpec], sweep, out: ModelOutcome) -> None:
-        """Memory gates: each gate's peak GPU memory, base vs head; a rise beyond the bound is a regression."""
-        s = self.settings
-        rows = {}
-        for g in gates:
-            b, h = sweep.gpu_memory.get(("base", g.context)), sweep.gpu_memory.get(("head", g.context))
-            row = {"base_peak_gpu_bytes": b, "head_peak_gpu_bytes": h, "bound": s.memory_bound,
-                   "slack_bytes": s.memory_slack_bytes, "regression": None}
-            if b is None or h is None:
-                row["reason"] = ("CPU evaluation" if not self.profile.device.startswith("cuda")
-                                 else "NVML reported no per-process GPU memory")
-            else:
-                row["regression"] = h > b * (1 + s.memory_bound) + s.memory_slack_bytes
-                if row["regression"]:
-                    out.memory_failures.append(
-                        f"{spec.name} {g.name} peak GPU memory {b / 2**30:.2f} → {h / 2**30:.2f} GiB "
-                        f"({(h - b) / b:+.0%}; bound +{s.memory_bound:.0%} + {s.memory_slack_bytes >> 20} MiB)")
-            rows[g.name] = row
-        out.receipt["gate_memory"] = rows
-
-    def _verify_logits(self, sweep, gates: list[GateSpec], reference: RevisionProcess, cache: dict,
-                       every_rep: bool = True) -> dict:
-        """Every timed prefill (`every_rep`); a decode gate's untimed prefill on the verified reps only (verify.py's
-        doc)."""
-        t = self.profile.request_timeout_s
-        verified = getattr(sweep, "verify_reps", None)
-        return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=t, cache=cache,
-                                                reps=verified if g.metric == "decode_tok_s" or not every_rep else None)
-                for g in gates for r in ("base", "head")}
-
-    def _judge_logits(self, model: str, gates: list[GateSpec], per_sweep: list[dict], out: ModelOutcome) -> None:
-        p = self.profile
-        rec = {}
-        for g in gates:
-            merged = {}
-            for r in ("base", "head"):
-                parts = [c[(r, g.name)] for c in per_sweep if (r, g.name) in c]
-                vals = [x for x in parts if x.kl_mean is not None]
-                n = sum(x.checked for x in vals)
-                merged[r] = LogitCheck(sum(x.kl_mean * x.checked for x in vals) / n if n else None,
-                                       max((x.kl_max for x in vals), default=None), n, parts[0].reason)
-            rec[g.name] = {r: asdict(c) for r, c in merged.items()}
-            failure = judge_logits(model, g.name, merged["head"], merged["base"], floor=p.output_kl_floor,
-                                   ratio=p.output_kl_ratio, base_max=p.output_kl_base_max)
-            if failure:
-                out.output_failures.append(failure)
-        out.receipt["timed_logit_checks"] = rec
-
-    def _no_pass_possible(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list,
-                          nulls: dict[str, GateNull]) -> str | None:
-        """Why this model's outputs are checked on the first pair's verified rep only (None: every pair, every
-        timed prefill). The checks exist so that no pass or tier rests on work a revision skipped; where a gate is
-        significantly slower and none faster, the verdict is REJECT (or MIXED, if another model speeds up)
-        whatever the outputs are. The verified rep still holds base to its own bars (a broken main is INFRA, never
-        the PR's REJECT) and catches a head wrong throughout. On the 9B each pair's full check costs the fp32
-        reference ~2 minutes (gpu-e2e-h100-20261206T204709Z.json)."""
-        sides = {g.name: nulls[g.name].significant(self._pair_deltas(sweeps, g.name)) for g in gates}
-        slower = [g for g, side in sides.items() if side < 0]
-        if not slower or any(side > 0 for side in sides.values()):
-            return None
-        return (f"outputs checked on the first process pair's verified rep only: {spec.name} is significantly "
-                f"slower on {', '.join(slower)} and faster on no gate, so no output can make this verdict a pass or "
-                "a tier")
-
-    @staticmethod
-    def _pair_deltas(sweeps, gate: str) -> list[float]:
-        return [pair_delta(sw.values("base", gate), sw.values("head", gate)) for sw in sweeps if sw.times(gate)]
-
     def _draw_verify_reps(self) -> set[int] | None:
         """The reps whose outputs are verified (None: all). Drawn before timing so that only their
         per-step logits are kept, never sent: every timed request looks the same to the revision."""
@@ -593,21 +516,6 @@ class Evaluation:
         import secrets as _secrets
 
         return set(_secrets.SystemRandom().sample(range(p.pairs), min(p.verify_reps, p.pairs)))
-
-    def _verify(self, sweep, gates: list[GateSpec], reference: RevisionProcess, last_rows: dict) -> dict:
-        p = self.profile
-        reps = getattr(sweep, "verify_reps", None)
-        reps = sorted(reps) if reps is not None else None
-        out = {}
-        for c in sorted({g.context for g in gates}):  # one context's reference rows at a time
-            cache: dict = {}
-            for g in (g for g in gates if g.context == c):
-                for r in ("base", "head"):
-                    out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=p.request_timeout_s,
-                                                      tie_tol=p.output_tie_tol, reps=reps, cache=cache)
-            keep_last_rows(cache, last_rows)
-        _drop_step_logits(sweep)  # not kept past its check
-        return out
 
     def gate_count(self) -> int:
         """Gates of one evaluation (every model's): the false-significance rate is split over them."""
@@ -626,58 +534,6 @@ class Evaluation:
 
     def _null(self, model: str, gate: str) -> GateNull:
         return self._nulls(model, [gate])[gate]
-
-    def _gate_results(self, spec: ModelSpec, gates: list[GateSpec], sweeps: list, checks: dict,
-                      nulls: dict[str, GateNull], out: ModelOutcome) -> list[GateResult]:
-        s, p = self.settings, self.profile
-        results, floors, checks_r = [], {}, {}
-        for g in gates:
-            pairs = [(sw.values("base", g.name), sw.values("head", g.name)) for sw in sweeps if sw.times(g.name)]
-            for b, h in pairs:
-                if len(b) != p.pairs or len(h) != p.pairs:
-                    raise infra(InfraKind.MISSING_METRIC, f"{spec.name} {g.name}: {len(b)}/{len(h)} samples, "
-                                                          f"expected {p.pairs} reps")
-            b, h = [x for b, _ in pairs for x in b], [x for _, h in pairs for x in h]
-            null = nulls[g.name]
-            c, deltas, how = compare_pairs(pairs, confidence=s.confidence, aa_sd=null.aa_sd, aa_n=null.aa_deltas)
-            out.pair_deltas[g.name] = deltas
-            floor = null.floor
-            floors[g.name] = {**asdict(null), "floor": floor, "floor_slower": null.floor_slower,
-                              "floor_faster": null.floor_faster,
-                              "pair_deltas": deltas, "interval": how,
-                              "false_significance_rate": s.false_significance_rate, "gates": self.gate_count(),
-                              "mann_whitney_p": mann_whitney_p(b, h)}
-            if not null.calibrated:
-                out.uncalibrated[f"{spec.name} {g.name}"] = null.reason or null.state
-            side = null.significant(deltas)
-            hc, bc = checks[("head", g.name)], checks[("base", g.name)]
-            checks_r[g.name] = {"head": asdict(hc), "base": asdict(bc)}
-            self._judge_output(spec.name, g.name, hc, bc, out)
-            results.append(GateResult(
-                model=spec.name, gate=g.name, metric=g.metric, base_median=statistics.median(b),
-                head_median=statistics.median(h), rel_change=c.rel_change, ci_low=c.ci_low, ci_high=c.ci_high,
-                noise_floor=floor, significant=side != 0, regression=side < 0,
-                scored=spec.is_scored(g.name), n_pairs=c.n_pairs, reason=None if null.calibrated else null.reason,
-                floor_slower=null.floor_slower, floor_faster=null.floor_faster, floor_widening=null.widening,
-                not_confirmed=g.name in out.receipt.get("gates_not_confirmed", {})))
-        out.receipt["noise_floors"] = floors
-        out.receipt["output_checks"] = checks_r
-        return results
-
-    def _judge_output(self, model: str, gate: str, head: OutputCheck, base: OutputCheck, out: ModelOutcome):
-        bar = self.profile.output_min_agree
-        if base.agree is None or head.agree is None:
-            raise infra(InfraKind.MISSING_METRIC, f"{model} {gate}: output check had nothing to check")
-        if base.agree < bar:
-            raise infra(InfraKind.BASELINE_CRASHED, f"{model} {gate}: the baseline's outputs agree with the "
-                        f"reference on only {base.agree:.0%} of tokens (< {bar:.0%}); cannot judge the PR")
-        if head.agree < bar:
-            out.output_failures.append(f"{model} {gate}: head's outputs agree with the reference on "
-                                       f"{head.agree:.0%} of {head.checked_tokens} tokens (< {bar:.0%})")
-        p = self.profile
-        out.output_failures.extend(judge_steps(model, gate, head, base, extra_misses=p.output_extra_misses,
-                                               floor=p.output_kl_floor, ratio=p.output_kl_ratio,
-                                               base_max=p.output_kl_base_max))
 
     def _sample_gpu_memory(self, procs: dict[str, RevisionProcess]) -> dict[str, int | None]:
         """NVML's per-process GPU memory of each revision's tree and of this worker ("worker": the guards' scoring
@@ -873,18 +729,6 @@ def _frozen(*procs: RevisionProcess) -> Iterator[None]:
     finally:
         for p in procs:
             p.freeze(False)
-
-
-def _drop_step_logits(sweep) -> None:
-    """Free the n x vocab per-step logits a sweep kept for its verified decodes."""
-    for samples in sweep.checked.values():
-        for s in samples:
-            s.step_logits = None
-
-
-def _merge_checks(checks: list[dict]) -> dict:
-    """One output check per (role, gate) over every process pair's verified reps."""
-    return {key: merge_output_checks([c[key] for c in checks if key in c]) for key in checks[0]}
 
 
 def evaluate(job: Job, settings: EvalSettings | None = None, **kw) -> EvalResult:

@@ -13,7 +13,8 @@ from worker.config import MERGEABLE_PROFILES, EvalSettings
 from worker.gates.bench import GateSpec, Sweep, run_sweep
 from worker.guards.scoring import _log_softmax
 from worker.harness.client import RevisionFault
-from worker.pipeline import Evaluation, Job, ModelOutcome
+from worker.gates.judge import ModelOutcome, judge_memory
+from worker.pipeline import Evaluation, Job
 from worker.queue import tasks
 
 
@@ -116,7 +117,7 @@ def _judge(tmp_path, monkeypatch, base: dict, head: dict) -> ModelOutcome:
     sweep = Sweep(GATES)
     sweep.gpu_memory = {**{("base", c): v for c, v in base.items()}, **{("head", c): v for c, v in head.items()}}
     out = ModelOutcome()
-    ev._judge_memory(ev.profile.models[0], GATES, sweep, out)
+    judge_memory(ev.profile.models[0], GATES, sweep, out, settings=ev.settings, device=ev.profile.device)
     return out
 
 

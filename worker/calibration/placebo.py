@@ -23,7 +23,8 @@ from worker.gates.stats import pair_delta
 from worker.checkout import checkout_pair, remove_worktree
 from worker.config import EvalSettings
 from worker.guards.scoring import guard_bounds, guard_key, guard_result, reference_version, score_revisions
-from worker.pipeline import Evaluation, Job, ModelOutcome
+from worker.gates.judge import ModelOutcome
+from worker.pipeline import Evaluation, Job
 from worker.records import Verdict
 
 

@@ -229,3 +229,39 @@ def judge_steps(model: str, gate: str, head: OutputCheck, base: OutputCheck, *, 
         if failure:
             fails.append(failure)
     return fails
+
+
+# -- one process pair's sweep, checked -------------------------------------------------------------
+def verify_sweep(sweep, gates, reference: RevisionProcess, last_rows: dict, *, timeout: float,
+                 tie_tol: float) -> dict:
+    """The verified reps' outputs of every gate the sweep timed, (role, gate) → OutputCheck; the prompts'
+    last-position rows kept in `last_rows` for the timed-logit check. The sweep's per-step logits are freed."""
+    reps = getattr(sweep, "verify_reps", None)
+    reps = sorted(reps) if reps is not None else None
+    out = {}
+    for c in sorted({g.context for g in gates}):  # one context's reference rows at a time
+        cache: dict = {}
+        for g in (g for g in gates if g.context == c):
+            for r in ("base", "head"):
+                out[(r, g.name)] = verify_outputs(sweep, r, g, reference, timeout=timeout,
+                                                  tie_tol=tie_tol, reps=reps, cache=cache)
+        keep_last_rows(cache, last_rows)
+    drop_step_logits(sweep)  # not kept past its check
+    return out
+
+
+def check_sweep_logits(sweep, gates, reference: RevisionProcess, cache: dict, *, timeout: float,
+                       every_rep: bool = True) -> dict:
+    """Every timed prefill (`every_rep`); a decode gate's untimed prefill on the verified reps only (this
+    module's doc). (role, gate) → LogitCheck."""
+    verified = getattr(sweep, "verify_reps", None)
+    return {(r, g.name): check_timed_logits(sweep, r, g.name, reference, timeout=timeout, cache=cache,
+                                            reps=verified if g.metric == "decode_tok_s" or not every_rep else None)
+            for g in gates for r in ("base", "head")}
+
+
+def drop_step_logits(sweep) -> None:
+    """Free the n x vocab per-step logits a sweep kept for its verified decodes."""
+    for samples in sweep.checked.values():
+        for s in samples:
+            s.step_logits = None

@@ -112,7 +112,8 @@ def test_noisier_host_keeps_the_stated_rate(tmp_path):
 
 def test_a_widened_floor_is_said_in_the_verdict_notes(tmp_path, monkeypatch):
     """The comment says when and how much the floors were widened (a maintainer reads a larger detectable change)."""
-    from worker.pipeline import Evaluation, Job, ModelOutcome
+    from worker.gates.judge import ModelOutcome
+    from worker.pipeline import Evaluation, Job
     from worker.records import GateResult
 
     monkeypatch.setenv("TOKENGATE_CACHE_DIR", str(tmp_path / "cache"))
