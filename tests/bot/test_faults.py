@@ -292,13 +292,17 @@ def test_a_check_run_whose_evaluation_could_not_be_committed_is_not_left_queued(
     """The check run is created on GitHub, then the evaluation is committed: when that commit fails (PostgreSQL
     gone, a serialization failure), nothing refers to the check run any more, and it stayed `queued` on the
     PR for ever beside the one the delivery's retry created. It is completed (cancelled: never green without a
-    verdict) saying why; the retry's check run carries the verdict."""
+    verdict) saying why, by the failing handler itself, before any retry (the retry's sweep of stray check runs is
+    the second line, for a withdrawal GitHub refused: `test_a_check_run_github_will_not_withdraw_...`); the retry's
+    check run carries the verdict."""
     remote.commit("changes", "speed up (xl)")
     orphans = postgres_goes_away_at_the_commit_after_a_check_run(monkeypatch)
     d = send("pull_request", pr_payload(github, remote, "opened")).json()["delivery"]
     wait_until(lambda: (delivery(d).attempts or 0) >= 1, what="the failed commit recorded on the delivery")
     monkeypatch.undo()
     assert orphans and "OperationalError" in delivery(d).last_error
+    assert delivery(d).processed_at is None  # not retried yet: what follows is the failing handler's own doing
+    assert github.check_runs[orphans[0]]["status"] == "completed", github.check_runs[orphans[0]]
     drain_until(lambda: processed(d), settings, what="the delivery retried")
     wait_until(lambda: evaluations() and not evaluations()[0].state.active, what="the evaluation")
     (ev,) = evaluations()
