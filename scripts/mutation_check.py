@@ -83,6 +83,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("worker/gates/verify.py", "    if head.kl_mean > bound or head.kl_max > worst_bound:", "    if False:"),),
              ("tests/worker/gates/test_decode_steps.py::test_step_kl_and_misses_are_judged_against_base",
               R + "test_doing_less_work_when_not_asked_for_all_logits_is_caught")),
+    Mutation("every-timed-prefill-checked", "13.6", "a timed prefill's logits are checked on every rep, not only "
+             "on the reps drawn for the decode check",
+             (("worker/gates/verify.py", 'reps=verified if g.metric == "decode_tok_s" or not every_rep else None)',
+               "reps=verified)"),),
+             (R + "test_cheating_on_the_reps_that_are_not_verified_is_caught_in_every_timed_prefill",)),
     Mutation("infra-attempt-blocks-tier", "13.7", "an earlier INFRA attempt blocks a tier until a clean evaluation",
              (("worker/verdicts/attribution.py", "    if attempt > 1 or history:", "    if False:"),),
              (V + "test_an_earlier_infra_attempt_blocks_a_tier",)),

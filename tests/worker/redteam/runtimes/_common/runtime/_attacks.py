@@ -92,3 +92,12 @@ def all_logits_asked() -> bool:
             return bool(f.f_locals["all_logits"])
         f = f.f_back
     return False
+
+
+def last_positions_only(m, n, p, window):
+    """The short-attention shortcut on causal mask `m` (n rows after p cached positions): each row attends to its
+    last `window` positions only. Vectorized: built row by row it cost the fake more than it saved."""
+    import numpy as np
+
+    m[np.arange(p + n)[None, :] < (p + np.arange(n)[:, None] - window + 1)] = -np.inf
+    return m

@@ -2,7 +2,7 @@
 takes the short-attention shortcut. Only some reps' decode outputs are verified; every timed prefill must be."""
 import numpy as np
 
-from ._attacks import all_logits_asked
+from ._attacks import all_logits_asked, last_positions_only
 from ._honest import decode_step, emitted, prefill_logits  # noqa: F401  (hooks it does not replace)
 
 WINDOW = 4
@@ -15,8 +15,9 @@ def causal_mask(n, p):
     if p == 0 and n == GATE_LENGTH and not all_logits_asked():
         _seen.append(n)
         if len(_seen) > 1:  # rep 0 honest, reps 1.. cheap and wrong
-            for i in range(n):
-                m[i, : max(0, p + i - WINDOW + 1)] = -np.inf
+            # (a head significantly slower on its only gate is checked on the verified rep alone, REJECT anyway:
+            # the shortcut must not cost the fake time, see last_positions_only)
+            last_positions_only(m, n, p, WINDOW)
     return m
 
 
