@@ -633,8 +633,10 @@ def _child_env(tree: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
-    """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail)."""
+def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str, list[str]]:
+    """pytest in one process on the tree's own modules; (exit code or None on timeout, output tail, the ids of
+    the tests that failed). It stops at the first failure (-x): a killed row names the test that killed it, not
+    every named test that would have."""
     env = _child_env(tree)
     # In path order: each package's tests together, so a package-scoped fixture (tests/bot's Celery worker) is set
     # up once; ids in table order left tests/bot, then came back to an app whose broker pool had been closed.
@@ -643,8 +645,9 @@ def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[int |
     try:
         r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        return None, f"timed out after {timeout:.0f} s: {(exc.stdout or '')[-800:]}"
-    return r.returncode, (r.stdout + r.stderr)[-1500:]
+        return None, f"timed out after {timeout:.0f} s: {(exc.stdout or '')[-800:]}", []
+    failed = [line.split()[1] for line in r.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return r.returncode, (r.stdout + r.stderr)[-1500:], failed
 
 
 def check_one(tree: Path, m: Mutation, timeout: float) -> dict:
@@ -654,12 +657,14 @@ def check_one(tree: Path, m: Mutation, timeout: float) -> dict:
     except LookupError as exc:
         return {"id": m.id, "outcome": "stale", "why": str(exc), "seconds": 0.0}
     try:
-        rc, tail = run_tests(tree, m.tests, timeout)
+        rc, tail, failed = run_tests(tree, m.tests, timeout)
     finally:
         restore(originals)
     outcome = {1: "killed", 0: "survived"}.get(rc, "error")
     row = {"id": m.id, "outcome": outcome, "pytest_exit": rc, "seconds": round(time.monotonic() - t0, 1)}
-    if outcome != "killed":
+    if outcome == "killed":
+        row["killed_by"] = failed
+    else:
         row["output_tail"] = tail
     return row
 
@@ -675,7 +680,7 @@ def check(mutations: tuple[Mutation, ...], tree: Path, timeout: float = 600.0, l
     if not where.startswith(str(tree)):
         raise SystemExit(f"the clone imports worker from {where}, not from {tree}")
     tests = tuple(dict.fromkeys(t for m in mutations for t in m.tests))
-    rc, tail = run_tests(tree, tests, timeout)
+    rc, tail, _ = run_tests(tree, tests, timeout)
     if rc != 0:
         raise SystemExit(f"the guarding tests do not pass on the unmutated tree (exit {rc}):\n{tail}")
     rows = []

@@ -39,6 +39,7 @@ def test_the_runner_tells_killed_from_survived(tmp_path):
     out = mc.check((cache_key, harmless), tree, timeout=120, log=lambda *_: None)
     assert [r["outcome"] for r in out["mutations"]] == ["killed", "survived"], out
     assert out["counts"] == {"killed": 1, "survived": 1, "error": 0, "stale": 0}
+    assert out["mutations"][0]["killed_by"] and set(out["mutations"][0]["killed_by"]) <= set(cache_key.tests), out
     stale = mc.Mutation("stale", "-", "-", (("worker/queue/tasks.py", "no such text", ""),), cache_key.tests)
     assert mc.check_one(tree, stale, 60)["outcome"] == "stale"
     assert (tree / "worker/queue/tasks.py").read_text() == (ROOT / "worker/queue/tasks.py").read_text()  # restored

@@ -58,15 +58,30 @@ def test_confirming_pairs_of_a_slowdown_time_the_shortest_context_and_the_furthe
 
 
 @pytest.mark.sandbox
-def test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation(tmp_path, cache):
+def test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation(tmp_path, cache, monkeypatch):
     """The head is really 2x slower at decode@160 and, only in a process that ran a long context first, 6x at
     decode@96: the decoy is the shortest gate in play and the furthest beyond its floor, so the confirming pairs time
     it alone first, and there it is not slow. The gates left out are then timed after all: REJECT on decode@160,
-    as the full design gives (a red-team finding). Decode only: the narrowing needs every gate in play slower, and the
-    fake's noisy prefill gate, faster by chance on a loaded CI host, made it MIXED instead (CI, session 30)."""
-    r = eval_fakes(tmp_path, head="decoy", decode_contexts=[32, 96, 160], prefill_contexts=[], pairs=4, warmup=1)
+    as the full design gives (a red-team finding). Only the two slower gates: the narrowing needs every gate in
+    play slower, and an unchanged noisy gate (a fake prefill@64 at stop 40's CI) could come out faster by chance
+    and keep it from running; the spy checks that it ran."""
+    from collections import defaultdict
+
+    from worker.harness.client import RevisionProcess
+
+    timed, request = defaultdict(set), RevisionProcess.request
+
+    def spy(self, op, **k):  # the contexts each confirming pair's head is staged for, by pair
+        if op == "stage" and self.role == "head" and "/pair" in k["key"]:
+            ctx, sweep = k["key"].split(":")[:2]
+            timed[int(sweep.rsplit("/pair", 1)[1])].add(int(ctx.removeprefix("ctx")))
+        return request(self, op, **k)
+
+    monkeypatch.setattr(RevisionProcess, "request", spy)
+    r = eval_fakes(tmp_path, head="decoy", decode_contexts=[96, 160], prefill_contexts=[], pairs=4, warmup=1)
     assert r.verdict == Verdict.REJECT and "decode@160" in {g.gate for g in r.gates if g.regression}, r.summary
     assert "decode@160" not in r.receipt["models"]["fake"].get("gates_not_confirmed", {})
+    assert timed[1] == {96} and any(160 in c for n, c in timed.items() if n > 1), dict(timed)  # narrowed, then back
 
 
 @pytest.mark.sandbox

@@ -225,5 +225,7 @@ def test_cheating_on_the_reps_that_are_not_verified_is_caught_in_every_timed_pre
 
     monkeypatch.setattr(Evaluation, "_draw_verify_reps", lambda self: {0})
     r = run_eval(tmp_path, "skip_later_prefills", pairs=4, verify_reps=1)
+    # every rep checked: were the head significantly slower (and faster nowhere), only the verified, honest rep would be
+    assert "outputs_partly_verified" not in r.receipt["models"]["fake"], r.receipt["models"]["fake"]
     assert r.verdict is Verdict.REJECT, text(r)
     assert "prefill@64: head's timed outputs differ from the reference" in r.summary, r.summary
