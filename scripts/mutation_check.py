@@ -592,6 +592,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/worker/gates/test_gates.py::"
               "test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation",
               "tests/worker/gates/test_confirm.py::test_the_narrowed_confirmation_decides_as_the_full_design_does")),
+    Mutation("left-out-gates-come-back-e2e", "19", "the same rule through a whole evaluation: the decoy head is "
+             "REJECTed on its real regression (the test above stops at the first failure, test_confirm.py's)",
+             (("worker/gates/confirm.py",
+               "        return ConfirmPlan([g for g in wanting if g.name in left_out], {}, True)",
+               "        return ConfirmPlan([], left_out, True)"),),
+             ("tests/worker/gates/test_gates.py::"
+              "test_a_decoy_gate_cannot_steer_a_real_regression_out_of_the_confirmation",)),
     Mutation("narrowed-once", "19", "the gates left out are timed together, never narrowed again (at most 1 + 2 (m - 1) "
              "pairs)",
              (("worker/gates/confirm.py", "    if not wanting or faster or narrowed:", "    if not wanting or faster:"),),
