@@ -46,9 +46,9 @@ def confirming_gates(gates: list[GateSpec], deltas: dict[str, list[float]], null
     left_out = dict(previous.left_out) if previous else {}
     narrowed = previous.narrowed if previous else False
     wanting = [g for g in gates if nulls[g.name].wants_more(deltas[g.name])]
-    slower = [g.name for g in gates if nulls[g.name].significant(deltas[g.name]) < 0]
-    faster = any(nulls[g.name].side(deltas[g.name]) > 0 for g in wanting) or any(
-        nulls[g.name].significant(deltas[g.name]) > 0 for g in gates)
+    significant = {g.name: nulls[g.name].significant(deltas[g.name]) for g in gates}
+    slower = [name for name, side in significant.items() if side < 0]
+    faster = any(nulls[g.name].side(deltas[g.name]) > 0 for g in wanting) or any(s > 0 for s in significant.values())
     if slower and not faster:  # significantly slower already, nothing faster: more pairs would change nothing
         why = WHY_SETTLED.format(slower=", ".join(slower))
         left_out.update({g.name: why for g in wanting if g.name not in left_out})
